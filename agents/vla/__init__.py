@@ -1,0 +1,1 @@
+"""VLM2VLA manipulation policies (issue #5)."""

@@ -1,0 +1,1 @@
+"""Vision-and-language navigation agents (AlldayWalker, issue #6)."""

@@ -1,0 +1,1 @@
+"""Low-bit quantization: the pure-PyTorch reference, STaMP, SERQ, Triton kernels and ONNX export (issue #4)."""

@@ -1,0 +1,1 @@
+"""Simulator-independent pieces: the env protocol, episode I/O and frame conventions."""

@@ -1,0 +1,1 @@
+"""allday training side: data building, training entry points and the CLI."""

@@ -1,0 +1,1 @@
+"""CLI subcommands (one module per top-level command)."""
