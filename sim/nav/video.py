@@ -127,7 +127,9 @@ def save_topdown_plot(house: House, grid: OccupancyGrid, agent: Sequence[Sequenc
     ax.add_patch(plt.Circle((gx, gy), 3.0, fill=False, color="tab:red", ls="--"))
     ax.plot([ag[0, 0]], [ag[0, 1]], "o", color="gold", ms=8, label="start")
     ax.plot([gx], [gy], "*", color="tab:red", ms=12, label="goal")
-    ax.set_title(title, fontsize=9)
+    import textwrap
+
+    ax.set_title("\n".join(textwrap.fill(line, 90) for line in title.splitlines()), fontsize=8)
     ax.legend(loc="upper right", fontsize=7)
     ax.set_xlabel("x (m)")
     ax.set_ylabel("y (m)")
