@@ -30,7 +30,8 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise KeyError(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self._items)) or '(none)'}") from None
+            known = ", ".join(sorted(self._items)) or "(none)"
+            raise KeyError(f"unknown {self.kind} {name!r}; known: {known}") from None
 
     def names(self) -> list[str]:
         return sorted(self._items)

@@ -66,8 +66,8 @@ class Observation:
     """One egocentric observation.
 
     rgb: HxWx3 uint8; depth: HxW float32 metres (or None); pose: world pose;
-    gps: [x, z] displacement from the episode start in the start frame (m); compass: yaw relative to
-    the start heading (rad); instruction: the episode's English instruction.
+    gps: displacement from the episode start in the start frame as Habitat's [-z, x] (forward, right; m);
+    compass: yaw relative to the start heading (rad); instruction: the episode's English instruction.
     """
 
     rgb: np.ndarray

@@ -96,6 +96,13 @@ def make_env(config: NavEnvConfig | None = None, episodes: Sequence[Episode] | N
     return env_cls(config or NavEnvConfig(), episodes=episodes, ground_truth=ground_truth)
 
 
+class InstructionText(spaces.Text):
+    """Any str up to ``max_length`` characters (instructions have spaces, punctuation and non-Latin scripts)."""
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
 class BaseNavEnv(gym.Env):
     """VLN-CE style env: Discrete(4) actions, RGB-D + GPS/compass + instruction observations."""
 
@@ -109,13 +116,15 @@ class BaseNavEnv(gym.Env):
         self.ground_truth = dict(ground_truth or {})
         h, w = config.height, config.width
         self.action_space = spaces.Discrete(4)
-        self.observation_space = spaces.Dict({
+        obs_spaces = {
             "rgb": spaces.Box(0, 255, (h, w, 3), np.uint8),
-            "depth": spaces.Box(0.0, config.max_depth, (h, w), np.float32),
             "gps": spaces.Box(-np.inf, np.inf, (2,), np.float32),
             "compass": spaces.Box(-np.pi, np.pi, (1,), np.float32),
-            "instruction": spaces.Text(max_length=4096, min_length=0),
-        })
+            "instruction": InstructionText(max_length=1 << 16, min_length=1),
+        }
+        if config.depth:
+            obs_spaces["depth"] = spaces.Box(0.0, config.max_depth, (h, w), np.float32)
+        self.observation_space = spaces.Dict(obs_spaces)
         self._next_index = 0
         self._episode: Episode | None = None
         self._condition = None
@@ -173,6 +182,7 @@ class BaseNavEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
+        self._done = True  # a failed reset leaves no episode running
         if seed is not None:
             self._seed = int(seed)
         options = dict(options or {})
@@ -261,9 +271,11 @@ class BaseNavEnv(gym.Env):
         rng = condition_rng(self._seed, str(self.episode.episode_id), self._steps)
         rgb = self._condition.apply(rgb, depth, rng) if self._condition is not None else rgb
         self._last_rgb = rgb
+        # Habitat's EpisodicGPSSensor: displacement in the start frame as [-z, x] (forward, right)
         rel = self._position - self._start_position
         c, s = math.cos(-self._start_theta), math.sin(-self._start_theta)
-        gps = np.array([c * rel[0] + s * rel[2], -s * rel[0] + c * rel[2]], dtype=np.float32)
+        x, z = c * rel[0] + s * rel[2], -s * rel[0] + c * rel[2]
+        gps = np.array([-z, x], dtype=np.float32)
         obs = {"rgb": rgb, "gps": gps, "compass": np.array([wrap_angle(self._theta - self._start_theta)], np.float32),
                "instruction": self.episode.instruction_text}
         if self.config.depth and depth is not None:

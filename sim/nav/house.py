@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.core.registry import Registry
+from sim.nav.furniture import FurnitureItem, place_furniture
 from sim.nav.layouts import LAYOUTS, RoomRect
-from sim.nav.furniture import place_furniture, FurnitureItem
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def _choose_doors(rng: np.random.Generator, rects: list[RoomRect], hub: int | No
     for i in range(n):
         for j in range(i + 1, n):
             e = _shared_edge(rects[i], rects[j])
-            if e is not None and e[3] - e[2] >= 1.3:
+            if e is not None and e[3] - e[2] >= 1.7:  # room for a 1.1 m door plus 0.25 m each side
                 edges.append((i, j, e))
     if hub is not None:  # corridor style: every room opens onto the hallway
         tree = [e for e in edges if hub in e[:2]]

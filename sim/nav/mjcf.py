@@ -48,7 +48,7 @@ def get_quality(name: str) -> RenderQuality:
 
 
 def _f(*v: float) -> str:
-    return " ".join(f"{x:.4g}" for x in v)
+    return " ".join(f"{x:.6g}" for x in v)
 
 
 def build_mjcf(house: House, lighting: LightingSpec, quality: RenderQuality, width: int = 224,

@@ -84,7 +84,9 @@ class OccupancyGrid:
 
     def segment_free(self, x0: float, y0: float, x1: float, y1: float) -> bool:
         """True when every point of the straight segment lies in navigable space (sampled at res/2)."""
-        n = max(2, int(np.ceil(np.hypot(x1 - x0, y1 - y0) / (self.resolution / 2))) + 1)
+        # the 1e-9 keeps the sample count from flipping with float noise in the length (0.25 m / 0.025 m is
+        # exactly 10): the same step at headings a rounding error apart must be checked at the same points
+        n = max(2, int(np.ceil(np.hypot(x1 - x0, y1 - y0) / (self.resolution / 2) - 1e-9)) + 1)
         xs = np.linspace(x0, x1, n)
         ys = np.linspace(y0, y1, n)
         cols = np.floor((xs - self.origin[0]) / self.resolution).astype(int)

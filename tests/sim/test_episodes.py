@@ -53,7 +53,8 @@ def _write(path: Path, obj: Any) -> Path:
 
 
 def _gt(n: int = 2) -> GroundTruth:
-    return GroundTruth(locations=[[0.0, 0.0, float(i)] for i in range(n)], actions=[1] * (n - 1) + [0], forward_steps=n - 1)
+    return GroundTruth(locations=[[0.0, 0.0, float(i)] for i in range(n)], actions=[1] * (n - 1) + [0],
+                       forward_steps=n - 1)
 
 
 def test_vocab_and_tokenize() -> None:

@@ -53,9 +53,9 @@ def cmd_episodes(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from training.cli import print_json
     from sim.core.env import make_env
     from sim.nav.evaluate import evaluate
+    from training.cli import print_json
 
     episodes, gts = load_episodes(args.episodes, args.split)
     env = make_env(_env_config(args, depth=not args.no_depth), episodes, gts, backend=args.backend)
@@ -88,8 +88,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from training.cli import print_json
     from sim.nav.bench import bench_sim
+    from training.cli import print_json
 
     res = bench_sim(args.size, args.frames, args.quality, args.condition, repeats=args.repeats)
     if args.json:
