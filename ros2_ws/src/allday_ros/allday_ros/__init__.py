@@ -1,0 +1,1 @@
+"""allday ROS 2 nodes. Nodes import agents and sim, never training."""

@@ -1,0 +1,62 @@
+"""Navigation policies the vln_node can serve, by name (a registry; learned agents plug in here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agents.core.baselines import ForwardPolicy, RandomPolicy
+from agents.core.policy import Policy
+from agents.core.registry import Registry
+from agents.core.types import NavAction, Observation
+
+NAV_POLICIES: Registry[Callable[[dict[str, Any]], Policy]] = Registry("navigation policy")
+
+
+class EpisodeAwarePolicy(Policy):
+    """A policy that also sees the episode status published by the simulator (scene id, goal)."""
+
+    def on_episode(self, status: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Called with each new episode's status message."""
+
+
+class RosOraclePolicy(EpisodeAwarePolicy):
+    """The shortest-path teacher driven by what crosses the wire: scene + goal from /episode/status, pose
+    from /odom. Works with generated scenes (``allday/<style>/<seed>``), whose geometry it rebuilds."""
+
+    name = "oracle"
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self._follower = None
+        self._goal: tuple[float, float] | None = None
+        self.forward_step = float(params.get("forward_step", 0.25))
+        self.turn_angle_deg = float(params.get("turn_angle_deg", 15.0))
+
+    def on_episode(self, status: dict[str, Any]) -> None:
+        from sim.core.frames import habitat_to_mj
+        from sim.nav.follower import ShortestPathFollower
+        from sim.nav.motion import MotionSpec
+        from sim.nav.occupancy import grid_for_scene
+
+        grid = grid_for_scene(status["scene_id"])
+        self._follower = ShortestPathFollower(grid, MotionSpec(self.forward_step, self.turn_angle_deg))
+        gx, gy, _ = habitat_to_mj(status["goal"])
+        self._goal = (gx, gy)
+
+    def act(self, observation: Observation) -> NavAction:
+        from sim.core.frames import habitat_to_mj, theta_to_phi
+
+        if self._follower is None or self._goal is None:
+            raise RuntimeError("the oracle needs an episode status (scene id and goal) before acting")
+        x, y, _ = habitat_to_mj(observation.pose.position)
+        return self._follower.next_action(x, y, theta_to_phi(observation.pose.heading), *self._goal)
+
+
+NAV_POLICIES.register("oracle")(RosOraclePolicy)
+NAV_POLICIES.register("forward")(lambda params: ForwardPolicy(int(params.get("forward_steps", 37))))
+NAV_POLICIES.register("random")(lambda params: RandomPolicy(seed=int(params.get("seed", 0))))
+
+
+def make_policy(name: str, params: dict[str, Any]) -> Policy:
+    """Build a navigation policy by registry name (KeyError listing the known names)."""
+    return NAV_POLICIES.get(name)(params)
