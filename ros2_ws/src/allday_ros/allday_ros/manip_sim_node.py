@@ -73,6 +73,10 @@ class ManipSimNode(Node):
         self.task = ManipTask(ManipTaskConfig(task=str(g("task")), image_size=int(g("image_size")),
                                               camera=str(g("camera")), fast_render=bool(g("fast_render")),
                                               max_delta_m=float(g("max_delta"))))
+        # one throw-away step compiles robosuite's numba kernels (seconds on a fresh install) before any
+        # consumer's watchdog is running, so the first real step is as fast as the rest
+        self.task.reset(seed=int(g("seed")))
+        self.task.step([0.0, 0.0, 0.0], -1.0)
         self._max_delta = float(g("max_delta"))
         self._episode = -1
         self._gripper = -1.0

@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import Twist  # noqa: E402
 from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup  # noqa: E402
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
@@ -101,7 +102,10 @@ class VlnNode(LifecycleNode):
             self.create_subscription(String, "/instruction", self._on_instruction, LATCHED),
             self.create_subscription(String, "/episode/status", self._on_status, STATUS_QOS),
         ]
-        self._timers = [self.create_timer(0.05, self._watchdog_tick), self.create_timer(1.0, self._publish_diag)]
+        # the watchdog has its own callback group (and main() two threads) so a slow policy step cannot delay it
+        watchdog_group = MutuallyExclusiveCallbackGroup()
+        self._timers = [self.create_timer(0.05, self._watchdog_tick, callback_group=watchdog_group),
+                        self.create_timer(1.0, self._publish_diag, callback_group=watchdog_group)]
         self.get_logger().info(f"configured agent={g('agent')} dry_run={g('dry_run')}")
         return TransitionCallbackReturn.SUCCESS
 
@@ -293,7 +297,7 @@ def _autostart(node: VlnNode) -> None:
 
 
 def main(args: list[str] | None = None) -> None:
-    run_node(VlnNode, args, "vln_node", on_start=_autostart)
+    run_node(VlnNode, args, "vln_node", on_start=_autostart, threads=2)
 
 
 if __name__ == "__main__":
