@@ -93,7 +93,24 @@ def _run_ros(args: argparse.Namespace, episodes, gts, out: Path) -> tuple[dict, 
         table[agent] = {k: round(float(agg[k]), 4) for k in METRIC_KEYS}
         if client.frames and not written:
             written.append(write_video(client.frames, out / "episode_0_ros.mp4"))
+            written.append(_wire_topdown(client.episodes[0], by_id, gts, table[agent], agent, out))
     return table, written
+
+
+def _wire_topdown(ep, by_id: dict, gts: dict, m: dict, agent: str, out: Path) -> Path:
+    """Top-down plot of the first episode's path as it crossed the wire."""
+    from sim.nav.house import generate_house, parse_scene_id
+    from sim.nav.occupancy import grid_for_scene
+    from sim.nav.video import save_topdown_plot
+
+    episode = by_id[str(ep.episode_id)]
+    gt = gts.get(str(ep.episode_id))
+    style, seed = parse_scene_id(ep.scene_id)
+    title = (f"{episode.instruction_text}\n{agent} over ROS 2 "
+             f"(mean over episodes: SR={m['sr']:.2f} SPL={m['spl']:.2f})")
+    return save_topdown_plot(generate_house(seed, style), grid_for_scene(ep.scene_id), ep.positions,
+                             gt.locations if gt else episode.reference_path, ep.goal,
+                             out / "episode_0_topdown.png", title)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

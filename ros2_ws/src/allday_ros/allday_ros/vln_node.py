@@ -102,7 +102,7 @@ class VlnNode(LifecycleNode):
             self.create_subscription(String, "/instruction", self._on_instruction, LATCHED),
             self.create_subscription(String, "/episode/status", self._on_status, STATUS_QOS),
         ]
-        # the watchdog has its own callback group (and main() two threads) so a slow policy step cannot delay it
+        # the watchdog has its own callback group: spin vln_node with a MultiThreadedExecutor for slow policies
         watchdog_group = MutuallyExclusiveCallbackGroup()
         self._timers = [self.create_timer(0.05, self._watchdog_tick, callback_group=watchdog_group),
                         self.create_timer(1.0, self._publish_diag, callback_group=watchdog_group)]
@@ -297,7 +297,7 @@ def _autostart(node: VlnNode) -> None:
 
 
 def main(args: list[str] | None = None) -> None:
-    run_node(VlnNode, args, "vln_node", on_start=_autostart, threads=2)
+    run_node(VlnNode, args, "vln_node", on_start=_autostart)
 
 
 if __name__ == "__main__":
