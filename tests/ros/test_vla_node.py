@@ -19,7 +19,7 @@ for _site in sorted(WS_INSTALL.glob("allday_interfaces/lib/python3*/site-package
     if str(_site) not in sys.path:
         sys.path.insert(0, str(_site))
 try:
-    from allday_ros.vla_node import load_interfaces
+    from allday_ros.interfaces import load_interfaces
 
     ExecuteInstruction = load_interfaces().ExecuteInstruction
 except ImportError as exc:

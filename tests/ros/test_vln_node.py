@@ -50,6 +50,10 @@ class Harness:
             self.pub_instr.publish(String(data=instruction))
             spin_until(self.node, lambda: False, timeout=1.0 / hz)
 
+    def settle(self, seconds: float = 0.15) -> None:
+        """Let commands for frames already sent arrive, so counts taken next are not racing them."""
+        spin_until(self.node, lambda: False, timeout=seconds)
+
     def zero_after(self, t0: float) -> float | None:
         for t, m in self.twists:
             if t >= t0 and m.linear.x == 0.0 and m.angular.z == 0.0:
@@ -87,6 +91,7 @@ def test_watchdog_stops_within_timeout(vln):
 @pytest.mark.parametrize("bad", ["encoding", "step", "size"])
 def test_bad_image_gives_zero_velocity_and_node_survives(vln, bad):
     vln.feed(0.5)
+    vln.settle()
     msg = vln.image()
     if bad == "encoding":
         msg.encoding = "yuv422"
@@ -97,8 +102,9 @@ def test_bad_image_gives_zero_velocity_and_node_survives(vln, bad):
     t0 = time.monotonic()
     n_actions = len(vln.actions)
     vln.pub_img.publish(msg)
-    assert spin_until(vln.node, lambda: vln.zero_after(t0) is not None, timeout=2.0)
-    assert vln.zero_after(t0) < 0.3
+    # within 0.2 s: before the 0.5 s staleness stop could be the cause (0.15 s have passed since the last frame)
+    assert spin_until(vln.node, lambda: vln.zero_after(t0) is not None, timeout=0.3)
+    assert vln.zero_after(t0) < 0.2
     assert len(vln.actions) == n_actions, "acted on a malformed image"
     vln.feed(0.5)   # still alive and acting on good input
     assert len(vln.actions) > n_actions
@@ -109,7 +115,8 @@ def test_empty_or_huge_instruction_stops(vln, instruction):
     vln.feed(0.5)
     t0 = time.monotonic()
     vln.pub_instr.publish(String(data=instruction))
-    spin_until(vln.node, lambda: vln.zero_after(t0) is not None, timeout=1.0)
+    spin_until(vln.node, lambda: vln.zero_after(t0) is not None, timeout=0.3)
+    assert vln.zero_after(t0) is not None and vln.zero_after(t0) < 0.3, "no immediate stop on a bad instruction"
     n = len(vln.actions)
     vln.feed(0.5, instruction=instruction)
     assert vln.zero_after(t0) is not None
@@ -118,6 +125,7 @@ def test_empty_or_huge_instruction_stops(vln, instruction):
 
 def test_out_of_order_images_are_dropped(vln):
     vln.feed(0.5)
+    vln.settle()
     n = len(vln.actions)
     vln.pub_img.publish(vln.image(stamp_s=1))   # older than everything before
     spin_until(vln.node, lambda: False, timeout=0.3)

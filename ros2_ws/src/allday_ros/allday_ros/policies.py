@@ -60,3 +60,20 @@ NAV_POLICIES.register("random")(lambda params: RandomPolicy(seed=int(params.get(
 def make_policy(name: str, params: dict[str, Any]) -> Policy:
     """Build a navigation policy by registry name (KeyError listing the known names)."""
     return NAV_POLICIES.get(name)(params)
+
+
+#: name -> factory(params) of the policies this node serves; learned VLA policies (agents.vla) register here too
+VLA_POLICIES: Registry[Callable[[dict[str, Any]], Policy]] = Registry("VLA policy")
+
+
+def _scripted(task: str) -> Callable[[dict[str, Any]], Policy]:
+    def make(params: dict[str, Any]) -> Policy:
+        from sim.manip.experts import make_expert
+
+        return make_expert(task, max_step_m=min(0.03, float(params.get("max_delta", 0.05))))
+
+    return make
+
+
+for _task in ("lift", "stack", "pick_place_can"):
+    VLA_POLICIES.register(f"scripted_{_task}")(_scripted(_task))

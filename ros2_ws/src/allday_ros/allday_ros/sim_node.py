@@ -114,9 +114,9 @@ class SimNode(Node):
 
     def _make_condition_service(self) -> None:
         try:
-            from allday_interfaces.srv import SetCondition
+            from allday_ros.interfaces import load_interfaces
 
-            self.create_service(SetCondition, "/sim/set_condition", self._on_set_condition)
+            self.create_service(load_interfaces("srv").SetCondition, "/sim/set_condition", self._on_set_condition)
         except (ImportError, RuntimeError) as exc:  # not built, or its type support libraries not on the path
             self.get_logger().warning(f"/sim/set_condition unavailable ({type(exc).__name__}: {exc}); "
                                       "use the 'condition' parameter to switch conditions")

@@ -22,14 +22,11 @@ Safety status goes to ``/diagnostics`` at 1 Hz.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import os
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -45,8 +42,9 @@ from sensor_msgs.msg import Image  # noqa: E402
 from std_msgs.msg import Float32, String  # noqa: E402
 
 from agents.core.policy import Policy  # noqa: E402
-from agents.core.registry import Registry  # noqa: E402
 from allday_ros.conversions import ImageFormatError, msg_to_image, stamp_to_ns  # noqa: E402
+from allday_ros.interfaces import load_interfaces  # noqa: E402
+from allday_ros.policies import VLA_POLICIES  # noqa: E402
 from allday_ros.safety import LogOnce, SafetyLayer, VelocityLimits, Watchdog, clamp_twist  # noqa: E402
 from allday_ros.spin import run_node  # noqa: E402
 
@@ -55,45 +53,6 @@ STATUS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 ACTION_NAME = "/vla/execute_instruction"
 MAX_INSTRUCTION_CHARS = 2000
 INPUTS = ("camera", "ee_pose", "object_poses")
-
-#: name -> factory(params) of the policies this node serves; learned VLA policies (agents.vla) register here too
-VLA_POLICIES: Registry[Callable[[dict[str, Any]], Policy]] = Registry("VLA policy")
-
-
-def _scripted(task: str) -> Callable[[dict[str, Any]], Policy]:
-    def make(params: dict[str, Any]) -> Policy:
-        from sim.manip.experts import make_expert
-
-        return make_expert(task, max_step_m=min(0.03, float(params.get("max_delta", 0.05))))
-
-    return make
-
-
-for _task in ("lift", "stack", "pick_place_can"):
-    VLA_POLICIES.register(f"scripted_{_task}")(_scripted(_task))
-
-
-def load_interfaces() -> Any:
-    """Import ``allday_interfaces.action``; preload its typesupport libraries when their folder is not on
-    ``LD_LIBRARY_PATH`` (rosidl dlopens them by bare file name, and the loader reads ``LD_LIBRARY_PATH`` only at
-    process start, so this is what lets ``PYTHONPATH`` alone suffice)."""
-    try:
-        import allday_interfaces
-        from allday_interfaces import action
-    except ImportError as exc:
-        raise ImportError(f"allday_interfaces is not importable ({exc}): build the workspace with "
-                          "scripts/build_ros.sh and `source scripts/ros_env.sh`") from exc
-
-    here = Path(allday_interfaces.__file__).parent  # <prefix>/lib/python3.X/site-packages/allday_interfaces
-    ld = set(filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)))
-    for libdir in (here.parents[2], here.parents[3] / "lib"):
-        libs = sorted(libdir.glob("liballday_interfaces__*.so"))
-        if libs and str(libdir) not in ld:
-            for lib in libs:  # generator_c sorts first: the others link against it
-                ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
-            break
-    return action
-
 
 class _GoalEnded(Exception):
     """How a goal ended: ``how`` is succeed / abort / canceled."""
