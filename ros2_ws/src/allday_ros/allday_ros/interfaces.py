@@ -9,9 +9,11 @@ from typing import Any
 
 
 def load_interfaces(kind: str = "action") -> Any:
-    """Import ``allday_interfaces.<kind>`` (action or srv); preload its typesupport libraries when their folder is not on
-    ``LD_LIBRARY_PATH`` (rosidl dlopens them by bare file name, and the loader reads ``LD_LIBRARY_PATH`` only at
-    process start, so this is what lets ``PYTHONPATH`` alone suffice)."""
+    """Import ``allday_interfaces.<kind>`` (action or srv).
+
+    Preloads its typesupport libraries when their folder is not on ``LD_LIBRARY_PATH``: rosidl dlopens them by
+    bare file name and the loader reads ``LD_LIBRARY_PATH`` only at process start, so this lets ``PYTHONPATH``
+    alone suffice."""
     try:
         import importlib
 
