@@ -28,3 +28,9 @@ def test_ros_nodes_never_import_training():
     for py in (ROOT / "ros2_ws").rglob("*.py"):
         text = py.read_text()
         assert "import training" not in text and "from training" not in text, py
+
+
+def test_ruff_clean():
+    exe = Path(sys.executable).with_name("ruff")
+    res = subprocess.run([str(exe), "check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:]
