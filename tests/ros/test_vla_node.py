@@ -122,7 +122,9 @@ def test_pick_up_red_cube_succeeds_with_feedback_and_rejects_bad_goals(arm):
     status, result = goal.result(timeout=60)
     elapsed = time.monotonic() - t0
     assert status == GoalStatus.STATUS_SUCCEEDED, result.message
-    assert result.success and 5 <= result.steps <= 40, (result.steps, result.message)
+    # 11-15 steps when the gripper command (its own topic) lands before the delta that triggers the step; under
+    # load it can land after and the grasp is retried, so the bound is the goal's max_steps (see docs/ros2.md)
+    assert result.success and 5 <= result.steps <= 80, (result.steps, result.message)
     assert len(goal.feedback) == result.steps
     fb = goal.feedback
     assert [f.step for f in fb] == list(range(1, result.steps + 1))
