@@ -1,0 +1,1 @@
+"""Parameter-efficient fine-tuning building blocks (framework-free torch)."""
