@@ -381,9 +381,12 @@ def test_observations_are_deterministic(case):
 
 def test_conditions_change_brightness(case):
     env = case.env
-    mean = {c: float(reset(env, condition=c)[0]["rgb"].mean()) for c in ("normal", "low_light", "overexposure")}
+    conds = ("normal", "low_light", "overexposure", "scattering")
+    mean = {c: float(reset(env, condition=c)[0]["rgb"].mean()) for c in conds}
     assert mean["low_light"] < mean["normal"] - 10, mean
     assert mean["overexposure"] > mean["normal"] + 10, mean
+    # haze pulls every pixel toward the bright airlight A = (0.95, 0.95, 1.0): brighter, never darker
+    assert mean["scattering"] > mean["normal"], mean
     _, info = reset(env, condition="low_light")
     assert info["condition"] == "low_light"
 
