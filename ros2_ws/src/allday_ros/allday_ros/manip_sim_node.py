@@ -87,8 +87,10 @@ class ManipSimNode(Node):
         self.pub_ee = self.create_publisher(PoseStamped, "/ee_pose", RELIABLE)
         self.pub_objects = self.create_publisher(PoseArray, "/object_poses", RELIABLE)
         self.pub_status = self.create_publisher(String, "/manip/status", STATUS_QOS)
-        self.create_subscription(TwistStamped, "/ee_delta_cmd", self._on_delta, STATUS_QOS)
+        # the gripper subscription first: when both commands are waiting, the executor serves them in creation
+        # order, so the gripper value is set before the delta that triggers the step (see docs/ros2.md)
         self.create_subscription(Float32, "/gripper_cmd", self._on_gripper, STATUS_QOS)
+        self.create_subscription(TwistStamped, "/ee_delta_cmd", self._on_delta, STATUS_QOS)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self._reset()
         rate = float(g("publish_rate"))
