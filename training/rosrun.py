@@ -31,7 +31,9 @@ def ensure_allday_ros() -> None:
 def ros_env(domain_id: int | None = None, **extra: str) -> dict[str, str]:
     """Environment for ROS node processes: localhost discovery, a domain id, the workspace on the paths."""
     env = dict(os.environ)
-    env.setdefault("ROS_DOMAIN_ID", str(domain_id if domain_id is not None else random.randint(1, 101)))
+    if domain_id is not None:
+        env["ROS_DOMAIN_ID"] = str(domain_id)
+    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("ROS_LOCALHOST_ONLY", "1")
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
@@ -114,7 +116,12 @@ class WireClient:
         self.frames.append(msg_to_image(msg, expected_encoding="rgb8").copy())
 
     def _on_status(self, msg: Any) -> None:
-        st = json.loads(msg.data)
+        try:
+            st = json.loads(msg.data)
+            st["event"]
+        except (json.JSONDecodeError, TypeError, KeyError):
+            log.warning("ignored a malformed /episode/status message")
+            return
         if st.get("event") == "finished":
             self.finished = True
             return

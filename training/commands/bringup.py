@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 
 
@@ -20,11 +19,8 @@ def cmd_bringup(args: argparse.Namespace) -> int:
         env["ROS_DOMAIN_ID"] = "0"
     print(f"allday bringup: ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']} (discovery: {env['ROS_AUTOMATIC_DISCOVERY_RANGE']})",
           flush=True)
-    proc = subprocess.Popen([sys.executable, "-m", "allday_ros.bringup", args.config], env=env)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        return proc.wait()
+    # replace this process: signals (Ctrl-C, SIGTERM from a supervisor) reach bringup, which stops its nodes
+    os.execve(sys.executable, [sys.executable, "-m", "allday_ros.bringup", args.config], env)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

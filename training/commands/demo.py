@@ -56,11 +56,14 @@ def _run_ros(args: argparse.Namespace, episodes, gts, out: Path) -> tuple[dict, 
     from training.rosrun import WireClient, ensure_allday_ros, ros_env, spin_until, write_bringup
 
     ensure_allday_ros()
+    import random
+
     from allday_ros.bringup import Bringup, BringupConfig
     from sim import metrics as M
     from sim.nav.video import write_video
 
-    env = ros_env()
+    # the demo never joins the user's ROS graph (a real robot may listen on it): own domain, this host only
+    env = ros_env(domain_id=random.randint(1, 101), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_LOCALHOST_ONLY",
                                            "FASTDDS_DEFAULT_PROFILES_FILE")})
     by_id = {str(e.episode_id): e for e in episodes}

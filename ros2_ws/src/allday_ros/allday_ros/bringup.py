@@ -129,7 +129,10 @@ class Bringup:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 p.wait(5)
 
     def __enter__(self) -> "Bringup":
@@ -156,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    b = Bringup(cfg).start()
+    b = Bringup(cfg)
     rc = 0
     try:
+        b.start()
         while not stop["flag"]:
             code = b.poll()
             if code is not None:

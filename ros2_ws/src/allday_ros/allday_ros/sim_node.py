@@ -55,6 +55,7 @@ class SimNode(Node):
         p("quality", "default")
         p("publish_rate", 10.0)      # Hz re-publication of the current frame (keeps watchdogs fed)
         p("command_source", "action")  # action | cmd_vel
+        p("cmd_vel_hold", 0.5)         # s each /cmd_vel message is applied for (vln_node's control_period)
         p("auto_reset", True)        # start the next episode when one ends
         p("loop_episodes", False)    # after the last episode start again (else publish status finished)
         p("frame_id", "camera_color_optical_frame")
@@ -65,7 +66,6 @@ class SimNode(Node):
         self._finished = False
         self._episode_metrics: list[dict[str, Any]] = []
         self._integrator = CmdVelIntegrator(self._env.config.forward_step, self._env.config.turn_angle_deg)
-        self._last_cmd_vel_time: float | None = None
 
         self.pub_rgb = self.create_publisher(Image, "/camera/color/image_raw", RELIABLE)
         self.pub_depth = self.create_publisher(Image, "/camera/depth/image_raw", RELIABLE)
@@ -131,6 +131,7 @@ class SimNode(Node):
             self._index = 0
         self._obs, self._info = self._env.reset(options={"episode_index": self._index})
         self._index += 1
+        self._integrator.reset()
         self._done = False
         self._stamp = self.get_clock().now().to_msg()
         self.pub_instr.publish(String(data=self._obs["instruction"]))
@@ -210,11 +211,10 @@ class SimNode(Node):
     def _on_cmd_vel(self, msg: Twist) -> None:
         if self.get_parameter("command_source").value != "cmd_vel":
             return
-        now = self.get_clock().now().nanoseconds * 1e-9
-        dt = 0.0 if self._last_cmd_vel_time is None else min(now - self._last_cmd_vel_time, 0.5)
-        self._last_cmd_vel_time = now
+        # zero-order hold: each command drives the robot for cmd_vel_hold seconds (a lockstep simulator has no
+        # wall-clock motion between commands), so one vln_node action (step / control_period) is one step
         try:
-            actions = self._integrator.add(msg, dt)
+            actions = self._integrator.add(msg, float(self.get_parameter("cmd_vel_hold").value))
         except ValueError as exc:
             self._log_once(self.get_logger(), "bad-twist", f"rejected /cmd_vel: {exc}")
             return
@@ -222,6 +222,9 @@ class SimNode(Node):
             self._apply(a)
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        if not self._env.episodes:
+            response.success, response.message = False, "no episodes loaded"
+            return response
         self._finished = False
         self._started = True
         self._start_timer.cancel()
@@ -239,6 +242,8 @@ class SimNode(Node):
         if name and name not in available_conditions():
             return f"unknown condition {name!r}; known: {available_conditions()}"
         self._env.config.condition = name or None
+        if not self._started:
+            return None  # the first episode starts under the new condition
         self._index = max(self._index - 1, 0)
         self._finished = False
         self._reset_episode()

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def run_node(factory: Callable[[], Any], args: list[str] | None = None, name: str = "node",
-             on_start: Callable[[Any], None] | None = None, threads: int = 1) -> None:
+             on_start: Callable[[Any], None] | None = None, threads: int = 1,
+             on_exit: Callable[[Any], None] | None = None) -> None:
     """Run one node until Ctrl-C or an external shutdown. A failing constructor (bad parameters) prints one
     line and exits with code 2; ``on_start(node)`` runs before spinning (e.g. lifecycle autostart);
-    ``threads > 1`` spins a MultiThreadedExecutor (action servers with long-running goals)."""
-    rclpy.init(args=args)
+    ``threads > 1`` spins a MultiThreadedExecutor (action servers with long-running goals); ``on_exit(node)``
+    runs while the context is still valid (robot-facing nodes send their stop command there). rclpy's own
+    signal handlers would invalidate the context first, so SIGINT/SIGTERM become KeyboardInterrupt instead."""
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         node = factory()
     except (ValueError, OSError, KeyError, RuntimeError) as exc:
@@ -31,6 +41,11 @@ def run_node(factory: Callable[[], Any], args: list[str] | None = None, name: st
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        if on_exit is not None:
+            try:
+                on_exit(node)
+            except Exception as exc:  # noqa: BLE001 - shutdown must go on
+                print(f"{name}: stop hook failed: {exc}", file=sys.stderr)
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()

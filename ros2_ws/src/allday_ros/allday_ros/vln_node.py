@@ -63,6 +63,7 @@ class VlnNode(LifecycleNode):
         p("turn_angle_deg", 15.0)
         p("seed", 0)
         p("forward_steps", 37)        # the forward baseline: steps before STOP
+        p("watchdog_inputs", ["camera", "instruction"])  # robots with a one-shot instruction: ["camera"]
         self._log_once = LogOnce()
         self._active = False
         self.policy = None
@@ -78,13 +79,20 @@ class VlnNode(LifecycleNode):
         self._episode_id: Any = None
         self._last_acted_ns = -1
         self._last_decision = 0.0
+        self._last_cmd_time: float | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         g = lambda k: self.get_parameter(k).value  # noqa: E731
         try:
+            for k in ("forward_step", "turn_angle_deg", "control_period"):
+                if not float(g(k)) > 0:
+                    raise ValueError(f"{k} must be > 0, got {g(k)}")
             limits = VelocityLimits(float(g("max_linear")), float(g("max_angular")))
-            self.safety = SafetyLayer(limits, Watchdog(float(g("stale_timeout")), ("camera", "instruction")),
+            watched = tuple(str(n) for n in g("watchdog_inputs"))
+            if not watched or not set(watched) <= {"camera", "instruction"}:
+                raise ValueError(f"watchdog_inputs must be a non-empty subset of camera, instruction: {watched}")
+            self.safety = SafetyLayer(limits, Watchdog(float(g("stale_timeout")), watched),
                                       dry_run=bool(g("dry_run")))
             params = {k: g(k) for k in ("checkpoint", "device", "quantization", "forward_step", "turn_angle_deg",
                                         "seed", "forward_steps")}
@@ -111,7 +119,9 @@ class VlnNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._active = True
+        instruction = self._instruction  # latched: not re-delivered to this subscription
         self._reset_inputs()
+        self._instruction = instruction
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -183,14 +193,15 @@ class VlnNode(LifecycleNode):
             self._stop_robot()
             return
         self._instruction = text
-        self.safety.watchdog.feed("instruction", self._now())
+        if "instruction" in self.safety.watchdog.inputs:
+            self.safety.watchdog.feed("instruction", self._now())
         self._try_act()
 
     def _on_status(self, msg: String) -> None:
         try:
             st = json.loads(msg.data)
             stamp = int(st["stamp_ns"]) if "stamp_ns" in st else None
-        except (json.JSONDecodeError, TypeError, ValueError):
+        except (json.JSONDecodeError, TypeError, ValueError, OverflowError):
             self._log_once(self.get_logger(), "status", "dropped malformed /episode/status (not JSON)")
             return
         if stamp is None:
@@ -224,7 +235,13 @@ class VlnNode(LifecycleNode):
         # that need the pose, like the oracle) only once this frame's odometry has arrived too
         needs_status = isinstance(self.policy, EpisodeAwarePolicy) or self._statuses
         if needs_status:
-            st = self._episode_of(stamp)
+            try:
+                st = self._episode_of(stamp)
+            except Exception as exc:  # noqa: BLE001 - a bad status must stop the robot, not the node
+                self._log_once(self.get_logger(), "episode", f"cannot start the episode, stopping the robot: {exc}")
+                self._statuses.pop(stamp, None)
+                self._stop_robot()
+                return
             if st is None or st.get("done") or st.get("finished"):
                 return
             if isinstance(self.policy, EpisodeAwarePolicy) and (self._pose is None or self._pose[0] != stamp):
@@ -240,17 +257,18 @@ class VlnNode(LifecycleNode):
         obs = Observation(rgb=rgb, depth=self._depth if self._depth is not None and
                           self._depth.shape == rgb.shape[:2] else None,
                           pose=pose or Pose((0.0, 0.0, 0.0), 0.0), instruction=self._instruction)
+        g = lambda k: float(self.get_parameter(k).value)  # noqa: E731
         try:
             action = NavAction.parse(self.policy.act(obs))
-        except (ValueError, RuntimeError) as exc:
+            twist = action_to_twist(action, g("forward_step"), g("turn_angle_deg"), g("control_period"))
+        except Exception as exc:  # noqa: BLE001 - any policy failure stops the robot, the node keeps running
             self._log_once(self.get_logger(), "policy", f"policy failed, stopping the robot: {exc}")
             self._stop_robot()
             return
         self._last_acted_ns = stamp
         self._last_decision = self._now()
-        g = lambda k: float(self.get_parameter(k).value)  # noqa: E731
-        twist = action_to_twist(action, g("forward_step"), g("turn_angle_deg"), g("control_period"))
         self._send(twist, action)
+        self._last_cmd_time = self._now()
 
     def _send(self, twist: Twist, action: NavAction | None) -> None:
         if self.safety is None or not hasattr(self, "pub_cmd"):
@@ -274,12 +292,18 @@ class VlnNode(LifecycleNode):
     def _watchdog_tick(self) -> None:
         if not self._active or self.safety is None:
             return
-        stale = self.safety.watchdog.stale(self._now())
+        now = self._now()
+        stale = self.safety.watchdog.stale(now)
         if stale:
             self._log_once(self.get_logger(), "stale", f"inputs stale ({', '.join(stale)}): zero velocity")
             self._stop_robot()
         else:
             self._log_once.reset("stale")
+        # one action is a velocity over control_period: after that the robot stops until the next decision
+        period = float(self.get_parameter("control_period").value)
+        if self._last_cmd_time is not None and now - self._last_cmd_time > period:
+            self._last_cmd_time = None
+            self._stop_robot()
 
     def _publish_diag(self) -> None:
         if self.safety is None or not hasattr(self, "pub_diag"):
@@ -292,12 +316,18 @@ class VlnNode(LifecycleNode):
 
 def _autostart(node: VlnNode) -> None:
     if bool(node.get_parameter("autostart").value):
-        node.trigger_configure()
+        if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+            raise SystemExit(2)  # bringup sees a required node exit instead of a silent, unconfigured node
         node.trigger_activate()
 
 
+def _stop(node: VlnNode) -> None:
+    if node._active:
+        node._stop_robot()
+
+
 def main(args: list[str] | None = None) -> None:
-    run_node(VlnNode, args, "vln_node", on_start=_autostart)
+    run_node(VlnNode, args, "vln_node", on_start=_autostart, on_exit=_stop)
 
 
 if __name__ == "__main__":
