@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 import numpy as np
@@ -147,3 +148,22 @@ def test_dry_run_commands_nothing(start_node, ros_node):
                       and h.pub_instr.get_subscription_count() > 0, timeout=30)
     h.feed(1.0)
     assert h.actions == [] and h.twists == []
+
+
+def test_shutdown_sends_zero_velocity(start_node, ros_node):
+    node = start_node("vln_node", "-p", "agent:=forward", "-p", "autostart:=true", "-p", "control_period:=5.0",
+                      "-p", "stale_timeout:=5.0")
+    h = Harness(ros_node)
+    h.wait_matched()
+    h.warm()
+    t0 = time.monotonic()
+    node.proc.send_signal(signal.SIGINT)   # neither staleness (5 s) nor the control period (5 s) can be the cause
+    assert spin_until(ros_node, lambda: h.zero_after(t0) is not None, timeout=5.0), "no stop command on shutdown"
+    assert h.zero_after(t0) < 2.0
+    node.proc.wait(10)
+    assert node.proc.returncode == 0
+
+
+def test_bad_control_period_fails_configure(start_node, ros_node):
+    node = start_node("vln_node", "-p", "agent:=forward", "-p", "autostart:=true", "-p", "control_period:=0.0")
+    assert node.proc.wait(30) == 2   # configure refused: the node exits instead of running unconfigured
