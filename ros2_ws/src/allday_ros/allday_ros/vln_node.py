@@ -322,8 +322,13 @@ def _autostart(node: VlnNode) -> None:
 
 
 def _stop(node: VlnNode) -> None:
+    """On shutdown: zero velocity, and wait (bounded) until subscribers acknowledged it before the node goes."""
     if node._active:
         node._stop_robot()
+        if hasattr(node, "pub_cmd"):
+            from rclpy.duration import Duration
+
+            node.pub_cmd.wait_for_all_acked(Duration(seconds=1.0))
 
 
 def main(args: list[str] | None = None) -> None:
