@@ -73,6 +73,17 @@ def haar_idwt(y: torch.Tensor, levels: int = 1, dim: int = -2) -> torch.Tensor:
     return t.movedim(0, dim)
 
 
+def _grid_tokens(x: torch.Tensor, grid_hw: tuple[int, int], levels: int, dim: int) -> torch.Tensor:
+    """``x`` with its token dim first, after checking it holds an ``H x W`` grid divisible by ``2**levels``."""
+    h, w = grid_hw
+    t = x.movedim(dim, 0)
+    if t.shape[0] != h * w:
+        raise ValueError(f"token count {t.shape[0]} does not match grid {h}x{w}")
+    _check_levels(h, levels, "grid height")
+    _check_levels(w, levels, "grid width")
+    return t
+
+
 def haar_dwt2d(x: torch.Tensor, grid_hw: tuple[int, int], levels: int = 1, dim: int = -2) -> torch.Tensor:
     """Multi-level orthonormal 2-D Haar DWT over image tokens laid out row-major as an ``H x W`` grid along ``dim``.
 
@@ -82,11 +93,7 @@ def haar_dwt2d(x: torch.Tensor, grid_hw: tuple[int, int], levels: int = 1, dim: 
     so a 64x64 grid at 3 levels puts its 8x8 = 64 LL tokens first. ``H`` and ``W`` must divide by ``2**levels``.
     """
     h, w = grid_hw
-    t = x.movedim(dim, 0)
-    if t.shape[0] != h * w:
-        raise ValueError(f"token count {t.shape[0]} does not match grid {h}x{w}")
-    _check_levels(h, levels, "grid height")
-    _check_levels(w, levels, "grid width")
+    t = _grid_tokens(x, grid_hw, levels, dim)
     rest = t.shape[1:]
     a = t.reshape(h, w, *rest)
     details: list[torch.Tensor] = []
@@ -101,11 +108,7 @@ def haar_dwt2d(x: torch.Tensor, grid_hw: tuple[int, int], levels: int = 1, dim: 
 def haar_idwt2d(y: torch.Tensor, grid_hw: tuple[int, int], levels: int = 1, dim: int = -2) -> torch.Tensor:
     """Inverse of :func:`haar_dwt2d` (same ``grid_hw``, ``levels`` and ``dim``)."""
     h, w = grid_hw
-    t = y.movedim(dim, 0)
-    if t.shape[0] != h * w:
-        raise ValueError(f"token count {t.shape[0]} does not match grid {h}x{w}")
-    _check_levels(h, levels, "grid height")
-    _check_levels(w, levels, "grid width")
+    t = _grid_tokens(y, grid_hw, levels, dim)
     rest = t.shape[1:]
     hh, ww = h // 2**levels, w // 2**levels
     a = t[: hh * ww].reshape(hh, ww, *rest)

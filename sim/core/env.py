@@ -11,7 +11,7 @@ import logging
 import math
 from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +21,7 @@ from gymnasium import spaces
 from agents.core.registry import Registry
 from agents.core.types import MAX_EPISODE_STEPS, NavAction, Observation, Pose
 from sim import metrics
+from sim.core.config import check_ranges, config_from_dict
 from sim.core.episodes import Episode, GroundTruth
 from sim.core.frames import quat_to_yaw, wrap_angle
 
@@ -56,10 +57,7 @@ class NavEnvConfig:
         checks = {"hfov_deg": (1.0, 179.0), "camera_height": (0.05, 3.0), "forward_step": (0.01, 2.0),
                   "turn_angle_deg": (0.1, 180.0), "agent_radius": (0.0, 1.0), "success_distance": (0.01, 100.0),
                   "max_depth": (0.1, 1000.0)}
-        for name, (lo, hi) in checks.items():
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-                raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {v!r}")
+        check_ranges(self, checks)
         if not isinstance(self.max_steps, int) or self.max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {self.max_steps!r}")
         if self.condition is not None:
@@ -73,11 +71,7 @@ class NavEnvConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "NavEnvConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown NavEnvConfig keys {unknown}; known: {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -302,6 +302,12 @@ def _resolve(path: str | os.PathLike[str], split: str | None) -> Path:
         for c in cands:
             if c.is_file():
                 return c
+        if not split:  # a dataset root holding exactly one split
+            found = sorted(d for d in p.iterdir() if (d / f"{d.name}.json.gz").is_file())
+            if len(found) == 1:
+                return found[0] / f"{found[0].name}.json.gz"
+            if found:
+                raise EpisodeFormatError(f"{p}: several splits {[d.name for d in found]}; name one (--split)")
         raise FileNotFoundError(f"no episodes file for split {split or p.name!r} under {p}; tried "
                                 + ", ".join(str(c) for c in cands))
     raise FileNotFoundError(f"episode path does not exist: {p}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, fields
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.core.config import check_ranges, config_from_dict
 from sim.manip.action import MAX_DELTA_M, sanitize
 from sim.manip.tasks import TaskSpec, get_task
 
@@ -92,10 +92,7 @@ class ManipTaskConfig:
         if not isinstance(self.image_size, int) or not 16 <= self.image_size <= 1024:
             raise ValueError(f"image_size must be an int in 16..1024, got {self.image_size!r}")
         checks = {"max_delta_m": (1e-4, 0.2), "gain": (0.1, 10.0), "tol_m": (1e-5, 0.05)}
-        for name, (lo, hi) in checks.items():
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-                raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {v!r}")
+        check_ranges(self, checks)
         for name, lo in (("control_freq", 1), ("max_substeps", 1), ("max_steps", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or v < lo:
@@ -103,11 +100,7 @@ class ManipTaskConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ManipTaskConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown ManipTaskConfig keys {unknown}; known: {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
 
 def _rotvec_error(q_target_xyzw: np.ndarray, q_cur_xyzw: np.ndarray) -> np.ndarray:

@@ -210,3 +210,13 @@ def test_constructor_and_save_validation(tmp_path: Path) -> None:
     assert not (tmp_path / "x" / "x.json.gz").exists()  # nothing written on a bad call
     with pytest.raises(FileNotFoundError, match="no episodes file"):
         load_split(tmp_path, "missing")
+
+
+def test_dataset_root_with_one_split_or_several(tmp_path):
+    save_split(tmp_path, "val", [_episode(1)], {"1": _gt()})
+    eps, gts = load_split(tmp_path)  # the root holds one split: it is found
+    assert [e.episode_id for e in eps] == [1] and set(gts) == {"1"}
+    save_split(tmp_path, "train", [_episode(2)], {"2": _gt()})
+    with pytest.raises(EpisodeFormatError, match="several splits"):
+        load_split(tmp_path)
+    assert load_split(tmp_path, "train")[0][0].episode_id == 2

@@ -4,34 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
-
-
-def resolve_split(path: str | Path, split: str | None) -> tuple[Path, str]:
-    """(parent dir, split name) for DIR/SPLIT, a split dir or a parent holding exactly one split."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"episodes path {p} does not exist")
-    if p.is_file():
-        return p, split or p.name.split(".")[0]
-    if split:
-        return p, split
-    if (p / f"{p.name}.json.gz").exists():
-        return p.parent, p.name
-    found = sorted(d.name for d in p.iterdir() if (d / f"{d.name}.json.gz").exists())
-    if len(found) != 1:
-        raise ValueError(f"{p}: {'no split' if not found else 'several splits ' + str(found)} found; pass --split")
-    return p, found[0]
-
-
-def load_episodes(path: str | Path, split: str | None):
-    from sim.core.episodes import load_split
-
-    root, name = resolve_split(path, split)
-    return load_split(root, name if root.is_dir() else None)
 
 
 def _env_config(args: argparse.Namespace, **kw: Any):
@@ -54,10 +29,11 @@ def cmd_episodes(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from sim.core.env import make_env
+    from sim.core.episodes import load_split
     from sim.nav.evaluate import evaluate
     from training.cli import print_json
 
-    episodes, gts = load_episodes(args.episodes, args.split)
+    episodes, gts = load_split(args.episodes, args.split)
     env = make_env(_env_config(args, depth=not args.no_depth), episodes, gts, backend=args.backend)
     try:
         agg, _ = evaluate(env, args.agent, condition=args.condition, limit=args.limit, seed=args.seed,
@@ -77,9 +53,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from sim.core.episodes import load_split
     from sim.nav.render_episode import render_episode
 
-    episodes, gts = load_episodes(args.episodes, args.split)
+    episodes, gts = load_split(args.episodes, args.split)
     paths = render_episode(episodes, gts, args.index, args.out, agent=args.agent, condition=args.condition,
                            size=args.size, quality=args.quality, png_every=args.png_every)
     for p in paths:
