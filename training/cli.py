@@ -18,6 +18,7 @@ COMMANDS: Registry[str] = Registry("command")
 COMMANDS.register("sim")("training.commands.sim:add_parser")
 COMMANDS.register("demo")("training.commands.demo:add_parser")
 COMMANDS.register("bringup")("training.commands.bringup:add_parser")
+COMMANDS.register("train")("training.commands.train:add_parser")
 
 
 def build_parser() -> argparse.ArgumentParser:

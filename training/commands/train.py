@@ -1,0 +1,36 @@
+"""``allday train TARGET --config FILE``: train a policy from a YAML config (``configs/<target>/*.yaml``).
+
+Each target's trainer is imported only when it runs, so ``allday --help`` stays fast and needs no ML extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+
+from agents.core.registry import Registry
+
+#: target -> "module:function"; the function takes the parsed arguments and returns an exit code
+TRAIN_TARGETS: Registry[str] = Registry("train target")
+TRAIN_TARGETS.register("vla")("training.vla.train:run_from_args")
+TRAIN_TARGETS.register("vln")("training.vln.train:run_from_args")
+
+
+def _run(args: argparse.Namespace) -> int:
+    module, _, fn = TRAIN_TARGETS.get(args.target).partition(":")
+    runner: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), fn)
+    return int(runner(args) or 0)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a policy (vla: VLM2VLA; vln: AlldayWalker) from a YAML config",
+                       description=__doc__)
+    p.add_argument("target", choices=list(TRAIN_TARGETS), help="what to train")
+    p.add_argument("--config", required=True, help="YAML config (see configs/<target>/)")
+    p.add_argument("--out", default=None, help="output directory (overrides the config's)")
+    p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in the output directory")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field (repeatable), e.g. --set max_steps=10")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_run)
