@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from sim.core.config import check_ranges, config_from_dict
+from sim.core.gl import prepare_gl
 from sim.manip.action import MAX_DELTA_M, sanitize
 from sim.manip.tasks import TaskSpec, get_task
 
@@ -125,6 +126,8 @@ class ManipTask:
             cfg = ManipTaskConfig.from_dict({**{f.name: getattr(cfg, f.name) for f in fields(cfg)}, **overrides})
         self.config = cfg
         self.spec: TaskSpec = get_task(cfg.task)
+        if cfg.render:
+            prepare_gl()
         suite = require_robosuite()
         from robosuite.controllers import load_composite_controller_config
 

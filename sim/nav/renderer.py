@@ -11,6 +11,7 @@ import numpy as np
 os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402  (MUJOCO_GL must be set first)
 
+from sim.core.gl import prepare_gl  # noqa: E402
 from sim.nav.mjcf import RenderQuality  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class NavRenderer:
         self.width, self.height = int(width), int(height)
         self.camera_height = float(camera_height)
         self.max_depth = float(max_depth)
+        prepare_gl()
         self._renderer = mujoco.Renderer(self.model, self.height, self.width)
         flags = self._renderer.scene.flags
         flags[mujoco.mjtRndFlag.mjRND_SHADOW] = int(quality.shadows)

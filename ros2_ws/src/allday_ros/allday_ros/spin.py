@@ -26,6 +26,9 @@ def run_node(factory: Callable[[], Any], args: list[str] | None = None, name: st
     signal handlers would invalidate the context first, so SIGINT/SIGTERM become KeyboardInterrupt instead."""
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    # a node started from a non-interactive shell's background job inherits SIGINT ignored; launchers stop nodes
+    # with SIGINT, so restore it (otherwise they hang until SIGKILL and the robot gets no stop command)
+    signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         node = factory()
     except (ValueError, OSError, KeyError, RuntimeError) as exc:
