@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from quant_kernels.transforms import (
+    SEQUENCE_TRANSFORMS,
+    block_random_hadamard_matrix,
     dct,
     dct_matrix,
     haar_dwt,
@@ -34,14 +36,20 @@ from quant_kernels.transforms import (
     haar_matrix,
     hadamard_matrix,
     idct,
+    inverse_sequence_transform,
+    pad_tokens,
     random_hadamard_matrix,
+    sequence_transform,
     walsh_hadamard,
 )
 
 __all__ = [
     "GRANULARITIES",
     "SCALE_EPS",
+    "SEQUENCE_TRANSFORMS",
     "QuantSpec",
+    "block_random_hadamard_matrix",
+    "code_dtype",
     "compute_qparams",
     "dct",
     "dct_matrix",
@@ -54,9 +62,20 @@ __all__ = [
     "haar_matrix",
     "hadamard_matrix",
     "idct",
+    "inverse_sequence_transform",
+    "pack_int4",
+    "pad_tokens",
     "quant_error_sqnr",
     "quantize",
     "random_hadamard_matrix",
+    "sequence_transform",
+    "smoothquant_scales",
+    "stamp_dequantize",
+    "stamp_error_bound",
+    "stamp_fake_quant",
+    "stamp_quantize",
+    "stamp_token_bits",
+    "unpack_int4",
     "walsh_hadamard",
 ]
 
@@ -173,3 +192,120 @@ def quant_error_sqnr(x: torch.Tensor, y: torch.Tensor) -> float:
     if signal == 0.0:
         return -math.inf
     return 10.0 * math.log10(signal / noise)
+
+
+# --- STaMP: mixed precision along the token axis ------------------------------------------------------------------
+
+
+def _stamp_specs(high_bits: int, low_bits: int, symmetric: bool) -> tuple[QuantSpec, QuantSpec]:
+    return QuantSpec(high_bits, symmetric, "per_token"), QuantSpec(low_bits, symmetric, "per_token")
+
+
+def _check_n_high(x: torch.Tensor, n_high: int) -> None:
+    if x.dim() < 2:
+        raise ValueError(f"STaMP needs [..., tokens, features], got shape {tuple(x.shape)}")
+    if not 0 <= n_high <= x.shape[-2]:
+        raise ValueError(f"stamp k (high-precision tokens) must be in 0..{x.shape[-2]} (tokens), got {n_high}")
+
+
+def stamp_quantize(
+    x: torch.Tensor, n_high: int, high_bits: int = 8, low_bits: int = 4, symmetric: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token quantize ``x [..., tokens, features]`` with the first ``n_high`` tokens at ``high_bits`` and the
+    rest at ``low_bits`` (asymmetric min-max by default, as in STaMP). Returns ``(q int32, scale, zero)`` with
+    ``scale``/``zero`` of shape ``[..., tokens, 1]``; each part is exactly :func:`quantize` with its own spec."""
+    _check_n_high(x, n_high)
+    hi_spec, lo_spec = _stamp_specs(high_bits, low_bits, symmetric)
+    qs, ss, zs = [], [], []
+    for part, spec in ((x[..., :n_high, :], hi_spec), (x[..., n_high:, :], lo_spec)):
+        if part.shape[-2] == 0:
+            continue
+        sc, zp = compute_qparams(part, spec)
+        qs.append(quantize(part, sc, zp, spec))
+        ss.append(sc)
+        zs.append(zp)
+    return torch.cat(qs, dim=-2), torch.cat(ss, dim=-2), torch.cat(zs, dim=-2)
+
+
+def stamp_dequantize(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    """``(q - zero) * scale`` (float32) for :func:`stamp_quantize` output (per-token dequantize)."""
+    return (q.float() - zero.float()) * scale.float()
+
+
+def stamp_fake_quant(
+    x: torch.Tensor, n_high: int, high_bits: int = 8, low_bits: int = 4, symmetric: bool = False
+) -> torch.Tensor:
+    """:func:`stamp_quantize` then :func:`stamp_dequantize`; returns ``x.dtype``."""
+    q, scale, zero = stamp_quantize(x, n_high, high_bits, low_bits, symmetric)
+    return stamp_dequantize(q, scale, zero).to(x.dtype)
+
+
+def stamp_token_bits(tokens: int, n_high: int, high_bits: int = 8, low_bits: int = 4) -> torch.Tensor:
+    """Bit width of each transformed token: ``high_bits`` for the first ``n_high``, ``low_bits`` after."""
+    if not 0 <= n_high <= tokens:
+        raise ValueError(f"stamp k must be in 0..{tokens} (tokens), got {n_high}")
+    bits = torch.full((tokens,), low_bits, dtype=torch.int64)
+    bits[:n_high] = high_bits
+    return bits
+
+
+def stamp_error_bound(x_transformed: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """STaMP Theorem 1: ``||L^T Q(L X) - X||^2 <= (d / 2) * sum_i e_i / (2^b_i - 1)^2``.
+
+    ``x_transformed`` is ``L X`` with shape ``[..., tokens, d]``; ``e_i = ||(L X)_i||^2`` is the energy of
+    transformed token ``i`` (summed over leading dims) and ``bits[i]`` its bit width. Holds per sample for an
+    orthogonal ``L`` and per-token asymmetric min-max quantization (each element's error is at most half a step
+    and ``(max - min)^2 <= 2 ||row||^2``). Returns a float64 scalar.
+    """
+    d = x_transformed.shape[-1]
+    energy = x_transformed.double().pow(2).sum(dim=-1)  # [..., tokens]
+    energy = energy.reshape(-1, energy.shape[-1]).sum(dim=0)
+    levels = (2.0 ** bits.double() - 1.0) ** 2
+    return (d / 2.0) * (energy / levels).sum()
+
+
+# --- SmoothQuant / flattening scales ------------------------------------------------------------------------------
+
+
+def smoothquant_scales(act_amax: torch.Tensor, weight_amax: torch.Tensor | None, alpha: float) -> torch.Tensor:
+    """Per-input-channel migration scales ``s_j = amax_x_j^alpha / amax_w_j^(1 - alpha)`` (float32, > 0).
+
+    The layer then computes ``(x / s) @ (W * s).T``. ``alpha = 1`` (``weight_amax`` may be None) is SERQ's static
+    activation flattening ``s_j = max_t |x_tj|``; with ``weight_amax=None`` the scale is ``amax_x^alpha`` (SERQ's
+    partial flattening). Zero statistics are floored so every scale is positive.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha (migration strength) must be in [0, 1], got {alpha}")
+    a = act_amax.detach().float().clamp_min(1e-5)
+    if alpha == 1.0 or weight_amax is None:
+        return a.pow(alpha)
+    w = weight_amax.detach().float().clamp_min(1e-5)
+    return (a.pow(alpha) / w.pow(1.0 - alpha)).clamp_min(1e-5)
+
+
+# --- integer storage ----------------------------------------------------------------------------------------------
+
+
+def code_dtype(spec: QuantSpec) -> torch.dtype:
+    """Smallest torch integer dtype holding ``[spec.qmin, spec.qmax]`` (int8, uint8, int16 or int32)."""
+    for dt in (torch.int8, torch.uint8, torch.int16):
+        info = torch.iinfo(dt)
+        if info.min <= spec.qmin and spec.qmax <= info.max:
+            return dt
+    return torch.int32
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """Pack unsigned 4-bit codes (values 0..15, last dim even) two per uint8: low nibble = even index."""
+    if codes.shape[-1] % 2:
+        raise ValueError(f"pack_int4 needs an even last dim, got {codes.shape[-1]}")
+    c = codes.to(torch.int32)
+    if bool((c < 0).any()) or bool((c > 15).any()):
+        raise ValueError("pack_int4 expects codes in 0..15")
+    return (c[..., 0::2] | (c[..., 1::2] << 4)).to(torch.uint8)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`pack_int4` (returns int32 codes 0..15)."""
+    p = packed.to(torch.int32)
+    return torch.stack((p & 15, (p >> 4) & 15), dim=-1).reshape(*p.shape[:-1], p.shape[-1] * 2)

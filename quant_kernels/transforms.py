@@ -22,8 +22,14 @@ __all__ = [
     "haar_matrix",
     "hadamard_matrix",
     "idct",
+    "block_random_hadamard_matrix",
+    "inverse_sequence_transform",
+    "pad_tokens",
     "random_hadamard_matrix",
+    "sequence_transform",
+    "sequency_order",
     "walsh_hadamard",
+    "SEQUENCE_TRANSFORMS",
 ]
 
 _SQRT2 = math.sqrt(2.0)
@@ -188,3 +194,96 @@ def random_hadamard_matrix(n: int, seed: int = 0, dtype: torch.dtype = torch.flo
     gen = torch.Generator().manual_seed(seed)
     signs = torch.randint(0, 2, (n,), generator=gen, dtype=torch.int64).to(torch.float64) * 2 - 1
     return (hadamard_matrix(n, dtype=torch.float64) * signs).to(dtype)
+
+
+def block_random_hadamard_matrix(n: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Orthonormal ``n x n`` block-diagonal random Hadamard rotation for any ``n`` (QuaRot-style).
+
+    Uses blocks of the largest power of two ``b`` dividing ``n`` (``n = 384`` -> ``b = 128``); each block is
+    :func:`random_hadamard_matrix` with its own seed. For a power-of-two ``n`` it is one full rotation.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    b = n & (-n)  # largest power of two dividing n
+    blocks = [random_hadamard_matrix(b, seed=seed + i, dtype=torch.float64) for i in range(n // b)]
+    return torch.block_diag(*blocks).to(dtype)
+
+
+SEQUENCE_TRANSFORMS = ("dwt", "dwt2d", "dct", "wht", "identity")
+
+
+def sequency_order(n: int) -> torch.Tensor:
+    """Permutation putting natural-order Walsh-Hadamard rows in sequency order (number of sign changes)."""
+    _check_pow2(n)
+    h = hadamard_matrix(n, dtype=torch.float64)
+    changes = (h[:, 1:] * h[:, :-1] < 0).sum(dim=1)
+    return torch.argsort(changes, stable=True)
+
+
+def _check_kind(kind: str, grid_hw: tuple[int, int] | None) -> None:
+    if kind not in SEQUENCE_TRANSFORMS:
+        raise ValueError(f"sequence transform must be one of {SEQUENCE_TRANSFORMS}, got {kind!r}")
+    if kind == "dwt2d" and grid_hw is None:
+        raise ValueError("sequence transform 'dwt2d' needs grid_hw=(H, W)")
+
+
+def sequence_transform(
+    x: torch.Tensor, kind: str, levels: int = 3, grid_hw: tuple[int, int] | None = None, dim: int = -2
+) -> torch.Tensor:
+    """Orthonormal transform ``L x`` along the token dim: ``dwt`` (1-D Haar, ``levels``), ``dwt2d`` (2-D Haar over
+    an ``H x W`` token grid), ``dct``, ``wht`` (Walsh-Hadamard in sequency order) or ``identity``.
+    Low-frequency tokens come first."""
+    _check_kind(kind, grid_hw)
+    if kind == "dwt":
+        return haar_dwt(x, levels, dim=dim)
+    if kind == "dwt2d":
+        assert grid_hw is not None
+        return haar_dwt2d(x, grid_hw, levels, dim=dim)
+    if kind == "dct":
+        return dct(x, dim=dim)
+    if kind == "wht":
+        order = sequency_order(x.shape[dim]).to(x.device)
+        return walsh_hadamard(x, dim=dim).index_select(dim, order)
+    return x
+
+
+def inverse_sequence_transform(
+    y: torch.Tensor, kind: str, levels: int = 3, grid_hw: tuple[int, int] | None = None, dim: int = -2
+) -> torch.Tensor:
+    """Inverse of :func:`sequence_transform` (``L^T y``) with the same arguments."""
+    _check_kind(kind, grid_hw)
+    if kind == "dwt":
+        return haar_idwt(y, levels, dim=dim)
+    if kind == "dwt2d":
+        assert grid_hw is not None
+        return haar_idwt2d(y, grid_hw, levels, dim=dim)
+    if kind == "dct":
+        return idct(y, dim=dim)
+    if kind == "wht":
+        inv = torch.argsort(sequency_order(y.shape[dim])).to(y.device)
+        return walsh_hadamard(y.index_select(dim, inv), dim=dim)
+    return y
+
+
+def pad_tokens(x: torch.Tensor, kind: str, levels: int = 3, mode: str = "reflect") -> tuple[torch.Tensor, int]:
+    """Pad the token dim (-2) of ``x`` to a length ``kind`` accepts: a multiple of ``2**levels`` for ``dwt``, a
+    power of two for ``wht`` (others unchanged). ``mode="reflect"`` mirrors the last tokens without repeating the
+    edge (keeps min-max statistics, methods/stamp.md), falling back to zeros when the pad exceeds the sequence;
+    ``"zero"`` appends zeros. Returns ``(x_padded, n_original)``: slice outputs with ``[..., :n, :]``."""
+    if mode not in ("reflect", "zero"):
+        raise ValueError(f"pad mode must be 'reflect' or 'zero', got {mode!r}")
+    if x.dim() < 2:
+        raise ValueError(f"sequence transforms need inputs [..., tokens, features], got shape {tuple(x.shape)}")
+    n = x.shape[-2]
+    if kind == "wht":
+        target = 1 << max(n - 1, 0).bit_length()
+    elif kind == "dwt":
+        target = -(-n // 2**levels) * 2**levels
+    else:
+        target = n
+    p = target - n
+    if p <= 0:
+        return x, n
+    if mode == "reflect" and p < n:
+        return torch.cat((x, x[..., n - 1 - p : n - 1, :].flip(-2)), -2), n
+    return torch.cat((x, x.new_zeros(*x.shape[:-2], p, x.shape[-1])), -2), n

@@ -10,8 +10,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import quant_kernels.reference as ref
 from quant_kernels.reference import (
     QuantSpec,
+    block_random_hadamard_matrix,
+    code_dtype,
     compute_qparams,
     dct,
     dct_matrix,
@@ -24,9 +27,17 @@ from quant_kernels.reference import (
     haar_matrix,
     hadamard_matrix,
     idct,
+    inverse_sequence_transform,
+    pack_int4,
     quant_error_sqnr,
     quantize,
     random_hadamard_matrix,
+    sequence_transform,
+    smoothquant_scales,
+    stamp_dequantize,
+    stamp_fake_quant,
+    stamp_quantize,
+    unpack_int4,
     walsh_hadamard,
 )
 
@@ -61,6 +72,19 @@ TRANSFORMS: dict[str, tuple[Fn, Fn, int]] = {
     ),
     "dct": (lambda x: dct(x, dim=0), lambda y: idct(y, dim=0), 20),
     "wht": (lambda x: walsh_hadamard(x, dim=0), lambda y: walsh_hadamard(y, dim=0), 32),
+    "block_hadamard_24": (
+        lambda x: torch.tensordot(block_random_hadamard_matrix(24, seed=1, dtype=x.dtype), x, dims=1),
+        lambda y: torch.tensordot(block_random_hadamard_matrix(24, seed=1, dtype=y.dtype).T, y, dims=1),
+        24,
+    ),
+    **{
+        f"seq_{kind}": (
+            lambda x, kind=kind: sequence_transform(x, kind, 2, (4, 8), dim=0),
+            lambda y, kind=kind: inverse_sequence_transform(y, kind, 2, (4, 8), dim=0),
+            32,
+        )
+        for kind in ("dwt", "dwt2d", "dct", "wht", "identity")
+    },
     "rand_hadamard": (
         lambda x: torch.tensordot(random_hadamard_matrix(16, seed=3, dtype=x.dtype), x, dims=1),
         lambda y: torch.tensordot(random_hadamard_matrix(16, seed=3, dtype=y.dtype).T, y, dims=1),
@@ -294,3 +318,60 @@ def test_sqnr_grows_about_6db_per_bit() -> None:
     assert 8.0 < sqnr[6] - sqnr[4] < 14.0
     assert quant_error_sqnr(x, x) == math.inf
     assert math.isclose(quant_error_sqnr(x, 0.9 * x), 20.0, rel_tol=1e-6)
+
+
+def test_stamp_quantize_is_two_per_token_quantizers() -> None:
+    """Rows [:k] use the high-bit spec, rows [k:] the low-bit spec, each bit-exact with ``quantize``."""
+    x = torch.randn(3, 40, 24, generator=torch.Generator().manual_seed(0))
+    q, scale, zero = stamp_quantize(x, 8, 8, 4)
+    assert q.dtype == torch.int32 and scale.shape == (3, 40, 1)
+    for part, bits in ((slice(0, 8), 8), (slice(8, 40), 4)):
+        spec = QuantSpec(bits, False, "per_token")
+        s, z = compute_qparams(x[:, part], spec)
+        assert torch.equal(q[:, part], quantize(x[:, part], s, z, spec))
+        assert int(q[:, part].max()) <= 2**bits - 1
+    assert torch.equal(stamp_dequantize(q, scale, zero), stamp_fake_quant(x, 8, 8, 4))
+    with pytest.raises(ValueError, match="stamp k"):
+        stamp_quantize(x, 41)
+
+
+def test_wht_sequence_transform_is_sequency_ordered() -> None:
+    """Sequency order puts the smooth (few sign changes) Walsh functions first, like DCT/DWT."""
+    x = torch.linspace(0, 1, 64).unsqueeze(1).repeat(1, 4)
+    energy = sequence_transform(x, "wht").pow(2).sum(1)
+    natural = walsh_hadamard(x).pow(2).sum(1)
+    assert float(energy[:8].sum()) > 0.99 * float(energy.sum())
+    assert float(natural[:8].sum()) < 0.8 * float(natural.sum())
+
+
+def test_pack_int4_round_trip_and_layout() -> None:
+    codes = torch.randint(0, 16, (5, 32), generator=torch.Generator().manual_seed(0))
+    packed = pack_int4(codes)
+    assert packed.dtype == torch.uint8 and packed.shape == (5, 16)
+    assert int(packed[0, 0]) == int(codes[0, 0]) | (int(codes[0, 1]) << 4)  # low nibble = even index
+    assert torch.equal(unpack_int4(packed), codes.to(torch.int32))
+    with pytest.raises(ValueError, match="0..15"):
+        pack_int4(torch.tensor([[-1, 3]]))
+
+
+def test_code_dtype_and_smoothquant_scales() -> None:
+    assert code_dtype(QuantSpec(4, True)) == torch.int8 and code_dtype(QuantSpec(8, False)) == torch.uint8
+    assert code_dtype(QuantSpec(12, True)) == torch.int16 and code_dtype(QuantSpec(16, False)) == torch.int32
+    a, w = torch.tensor([4.0, 1.0, 0.0]), torch.tensor([1.0, 4.0, 2.0])
+    s = smoothquant_scales(a, w, 0.5)
+    assert torch.allclose(s[:2], torch.tensor([2.0, 0.5])) and float(s[2]) > 0
+    assert torch.allclose(smoothquant_scales(a, None, 1.0)[:2], a[:2])
+    with pytest.raises(ValueError, match="alpha"):
+        smoothquant_scales(a, w, 1.5)
+
+
+def test_pad_tokens_reflects_and_fits_each_transform() -> None:
+    x = torch.arange(10.0).reshape(1, 5, 2)
+    y, n = ref.pad_tokens(x, "dwt", levels=2)  # 5 -> 8 tokens, mirror without the edge token
+    assert n == 5 and y.shape == (1, 8, 2)
+    assert torch.equal(y[0, 5:, 0], torch.tensor([6.0, 4.0, 2.0]))
+    assert ref.pad_tokens(x, "wht", mode="zero")[0][0, 5:].abs().sum() == 0
+    assert ref.pad_tokens(x, "dct")[0] is x
+    assert ref.pad_tokens(torch.ones(1, 1, 2), "dwt", levels=3)[0].shape == (1, 8, 2)  # pad > n: zeros
+    with pytest.raises(ValueError, match="pad mode"):
+        ref.pad_tokens(x, "dwt", mode="edge")

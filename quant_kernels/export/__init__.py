@@ -1,0 +1,1 @@
+"""Export of quantized models (ONNX: QDQ int4/int8 and com.microsoft MatMulNBits)."""
