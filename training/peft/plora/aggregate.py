@@ -142,9 +142,12 @@ def aggregation_noise(new_state: GlobalState, updates: Sequence[ClientUpdate]) -
 
 
 @torch.no_grad()
-def init_noise(global_model: nn.Module, client_model: nn.Module, x: torch.Tensor) -> float:
-    """Initialisation noise at the start of a round: ``max |f_client(x) - f_global(x)|`` (0 for exact Select-N-Fold)."""
-    diff = (client_model(x).double() - global_model(x).double()).abs()
+def init_noise(global_model: nn.Module, client_model: nn.Module, x: torch.Tensor, *more: torch.Tensor) -> float:
+    """Initialisation noise at the start of a round: ``max |f_client(x) - f_global(x)|`` (0 for exact Select-N-Fold).
+
+    Extra positional inputs (e.g. an attention mask) are passed to both models after ``x``.
+    """
+    diff = (client_model(x, *more).double() - global_model(x, *more).double()).abs()
     value = float(diff.max()) if diff.numel() else 0.0
     if not math.isfinite(value):
         raise ValueError("init_noise: non-finite model outputs")
