@@ -19,6 +19,7 @@ COMMANDS.register("sim")("training.commands.sim:add_parser")
 COMMANDS.register("demo")("training.commands.demo:add_parser")
 COMMANDS.register("bringup")("training.commands.bringup:add_parser")
 COMMANDS.register("train")("training.commands.train:add_parser")
+COMMANDS.register("vla")("training.commands.vla:add_parser")
 COMMANDS.register("quantize")("training.commands.quantize:add_parser")  # quantize + export-onnx
 COMMANDS.register("fed")("training.commands.fed:add_parser")
 

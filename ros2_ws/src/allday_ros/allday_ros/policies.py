@@ -77,3 +77,14 @@ def _scripted(task: str) -> Callable[[dict[str, Any]], Policy]:
 
 for _task in ("lift", "stack", "pick_place_can"):
     VLA_POLICIES.register(f"scripted_{_task}")(_scripted(_task))
+
+
+def _vlm2vla(params: dict[str, Any]) -> Policy:
+    """The VLM2VLA policy (agents.vla) from ``checkpoint``; subtasks are verified from the simulator state."""
+    import sim.manip.verifier  # noqa: F401 - registers the "sim_state" verifier
+    from agents.vla import policy_from_params
+
+    return policy_from_params({"verifier": "sim_state", **params})
+
+
+VLA_POLICIES.register("vlm2vla")(_vlm2vla)

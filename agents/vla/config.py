@@ -1,0 +1,97 @@
+"""``VLAPolicyConfig``: the inference-loop settings of a VLM2VLA policy (validated; saved with the policy)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from agents.vla.action_language import ChunkLimits
+
+
+@dataclass
+class VLAPolicyConfig:
+    """Settings of :class:`~agents.vla.policy.VLAPolicy`.
+
+    - ``codec``: an :data:`~agents.vla.codecs.CODECS` name; ``codec_state``: its saved token map (empty: fresh);
+    - ``image_size``: required square input size (None: the model's); ``resize_images``: resize other sizes instead
+      of rejecting them;
+    - sampling (paper): temperatures 0.5 subtasks / 0.1 motion / 0.5 actions, top-p 0.95; ``greedy_first``: the
+      first try of each generation is greedy, resamples (on malformed text) use the temperatures;
+    - ``max_tries``: generations per level before :class:`~agents.vla.policy.VLAGenerationError`;
+    - execution: each chunk element is split into steps of at most ``max_step_m`` per axis; an element that
+      changes the gripper lasts at least ``gripper_steps`` steps; ``workspace_lo/hi`` (metres, base frame) bound
+      the end-effector target when the observation has ``ee_pos``;
+    - ``verifier``: a :data:`~agents.core.verifier.VERIFIERS` name; ``max_subtask_retries``: retries of one
+      subtask before advancing anyway.
+    """
+
+    codec: str = "language"
+    codec_state: dict[str, Any] = field(default_factory=dict)
+    image_size: int | None = None
+    resize_images: bool = False
+    allow_non_english: bool = False
+    greedy_first: bool = True
+    temperature_subtasks: float = 0.5
+    temperature_motion: float = 0.1
+    temperature_actions: float = 0.5
+    top_p: float = 0.95
+    max_tries: int = 4
+    max_new_tokens_subtasks: int = 64
+    max_new_tokens_motion: int = 24
+    max_new_tokens_actions: int = 192
+    max_elements: int = 16
+    max_abs_cm: float = 10.0
+    max_step_m: float = 0.02
+    gripper_steps: int = 6
+    workspace_lo: tuple[float, float, float] | None = None
+    workspace_hi: tuple[float, float, float] | None = None
+    verifier: str = "always_advance"
+    max_subtask_retries: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from agents.vla.codecs import CODECS
+
+        if self.codec not in CODECS:
+            raise ValueError(f"codec must be one of {CODECS.names()}, got {self.codec!r}")
+        if self.image_size is not None and (not isinstance(self.image_size, int) or not 16 <= self.image_size <= 4096):
+            raise ValueError(f"image_size must be None or an int in [16, 4096], got {self.image_size!r}")
+        for name in ("temperature_subtasks", "temperature_motion", "temperature_actions"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and 0.0 < v <= 5.0):
+                raise ValueError(f"{name} must be in (0, 5], got {v!r}")
+        if not (math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        ints = {"max_tries": (1, 100), "max_new_tokens_subtasks": (4, 4096), "max_new_tokens_motion": (2, 1024),
+                "max_new_tokens_actions": (4, 8192), "gripper_steps": (1, 100), "max_subtask_retries": (0, 100),
+                "seed": (0, 2**31 - 1)}
+        for name, (lo, hi) in ints.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {v!r}")
+        if not (math.isfinite(self.max_step_m) and 0.001 <= self.max_step_m <= 0.1):
+            raise ValueError(f"max_step_m must be in [0.001, 0.1] m, got {self.max_step_m!r}")
+        self.limits  # validates max_elements / max_abs_cm  # noqa: B018
+        if (self.workspace_lo is None) != (self.workspace_hi is None):
+            raise ValueError("workspace_lo and workspace_hi must be given together")
+        if self.workspace_lo is not None:
+            lo, hi = tuple(float(v) for v in self.workspace_lo), tuple(float(v) for v in self.workspace_hi)
+            if len(lo) != 3 or len(hi) != 3 or not all(a < b for a, b in zip(lo, hi)):
+                raise ValueError(f"workspace_lo must be 3 values each below workspace_hi, got {lo} / {hi}")
+            self.workspace_lo, self.workspace_hi = lo, hi
+
+    @property
+    def limits(self) -> ChunkLimits:
+        return ChunkLimits(max_elements=self.max_elements, max_abs_cm=float(self.max_abs_cm))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "VLAPolicyConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown VLAPolicyConfig fields {unknown}; known: {sorted(known)}")
+        return cls(**d)

@@ -1,0 +1,154 @@
+"""VLA data sources: the episode format, the folder format and its validator, rosbag2 MCAP, robosuite recording."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.training_vla.conftest import lift_like_episode
+from training.vla.data import SOURCES, Episode, load_episode, load_source, save_episode
+from training.vla.data.folder_source import load_folder, validate_folder, write_folder
+from training.vla.data.rosbag_source import BagTopics, read_bag_episode, write_episode_bag
+
+
+def _same(a: Episode, b: Episode, exact_frames: bool = True) -> None:
+    assert np.array_equal(a.frames, b.frames) if exact_frames else a.frames.shape == b.frames.shape
+    np.testing.assert_allclose(a.deltas, b.deltas, atol=1e-7)
+    np.testing.assert_allclose(a.gripper, b.gripper)
+    assert a.phases == b.phases and a.instruction == b.instruction
+
+
+def test_episode_validation_names_the_field():
+    ep = lift_like_episode()
+    assert len(ep) == 11 and ep.actions().shape == (11, 4)
+    assert [s[0] for s in ep.segments()] == ["move above", "descend", "grasp", "lift"]
+    with pytest.raises(ValueError, match="deltas"):
+        Episode(ep.frames, ep.deltas[:5], ep.gripper, ep.phases, "x")
+    with pytest.raises(ValueError, match="centimetres"):
+        Episode(ep.frames, ep.deltas * 100, ep.gripper, ep.phases, "x")
+    with pytest.raises(ValueError, match="instruction"):
+        Episode(ep.frames, ep.deltas, ep.gripper, ep.phases, "  ")
+    with pytest.raises(ValueError, match="frames"):
+        Episode(ep.frames.astype(np.float32), ep.deltas, ep.gripper, ep.phases, "x")
+    with pytest.raises(ValueError, match="finite"):
+        Episode(ep.frames, np.full_like(ep.deltas, np.nan), ep.gripper, ep.phases, "x")
+
+
+def test_episode_npz_roundtrip_and_corrupt_file(tmp_path):
+    ep = lift_like_episode(3)
+    p = save_episode(ep, tmp_path / "e.npz")
+    _same(ep, load_episode(p))
+    assert load_episode(p).meta == {"seed": 3}
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(p.read_bytes()[:200])
+    with pytest.raises(ValueError, match="bad.npz"):
+        load_episode(bad)
+    (tmp_path / "bad.npz").unlink()
+    _same(ep, load_source({"source": "cache", "path": str(tmp_path)})[0])
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_source({"source": "cache", "path": str(tmp_path), "oops": 1})
+    with pytest.raises(KeyError, match="known"):
+        load_source({"source": "nope"})
+    assert {"robosuite", "rosbag", "folder", "cache"} <= set(SOURCES.names())
+
+
+def test_folder_roundtrip_and_validator(tmp_path):
+    eps = [lift_like_episode(0), lift_like_episode(1, phases=False)]
+    root = write_folder(eps, tmp_path / "ds")
+    assert validate_folder(root) == []
+    back = load_source({"source": "folder", "path": str(root)})
+    for a, b in zip(eps, back):
+        _same(a, b)
+    # break things: each problem names its file and field, and all are reported together
+    ep0, ep1 = root / "episode_0000", root / "episode_0001"
+    meta = json.loads((ep0 / "meta.json").read_text())
+    (ep0 / "meta.json").write_text(json.dumps({**meta, "instruction": ""}))
+    (ep1 / "frames" / "000003.png").write_bytes(b"not a png")
+    errs = validate_folder(root)
+    assert any("meta.json" in e and "'instruction'" in e for e in errs), errs
+    assert any("000003.png" in e and "PNG" in e for e in errs), errs
+    with pytest.raises(ValueError, match=r"2 problems"):
+        load_folder(root)
+    shutil.rmtree(ep1 / "frames")
+    (ep0 / "meta.json").write_text(json.dumps(meta))
+    np.savez(ep0 / "actions.npz", deltas=np.zeros((4, 3)), gripper=np.zeros(4))
+    errs = validate_folder(root)
+    assert any("11 frames but 4 actions" in e for e in errs), errs
+    assert any("no PNG frames" in e for e in errs), errs
+    assert validate_folder(tmp_path / "missing") == [f"{tmp_path / 'missing'}: not a directory"]
+
+
+def test_folder_units_cm(tmp_path):
+    ep = lift_like_episode()
+    root = write_folder([ep], tmp_path / "ds")
+    d = root / "episode_0000"
+    np.savez(d / "actions.npz", deltas=ep.deltas * 100.0, gripper=ep.gripper)
+    meta = json.loads((d / "meta.json").read_text())
+    (d / "meta.json").write_text(json.dumps({**meta, "units": "cm"}))
+    np.testing.assert_allclose(load_folder(root)[0].deltas, ep.deltas, atol=1e-6)
+    (d / "meta.json").write_text(json.dumps({**meta, "units": "mm"}))
+    assert any("'units'" in e for e in validate_folder(root))
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_bag_roundtrip(tmp_path, storage):
+    ep = lift_like_episode(2)
+    bag = write_episode_bag(ep, tmp_path / "bag", storage=storage)
+    _same(ep, read_bag_episode(bag))
+    small = read_bag_episode(bag, image_size=16, instruction="lift the cube")
+    assert small.frames.shape == (11, 16, 16, 3) and small.instruction == "lift the cube"
+    got = load_source({"source": "rosbag", "paths": [str(bag)], "task": "lift"})
+    assert got[0].task == "lift" and got[0].meta["source"] == "rosbag"
+
+
+def test_corrupt_and_incomplete_bags_give_clear_errors(tmp_path):
+    ep = lift_like_episode(2)
+    bag = write_episode_bag(ep, tmp_path / "bag")
+    mcap = next(bag.glob("*.mcap"))
+    data = mcap.read_bytes()
+    mcap.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="cannot read bag"):
+        read_bag_episode(bag)
+    mcap.write_bytes(b"\x00" * 64)
+    with pytest.raises(ValueError, match="cannot read bag"):
+        read_bag_episode(bag)
+    with pytest.raises(FileNotFoundError):
+        read_bag_episode(tmp_path / "nothing")
+    (tmp_path / "notabag").mkdir()
+    with pytest.raises(ValueError, match="metadata.yaml"):
+        read_bag_episode(tmp_path / "notabag")
+    other = write_episode_bag(ep, tmp_path / "bag2", topics=BagTopics(image="/cam"))
+    with pytest.raises(ValueError, match="/camera/color/image_raw"):
+        read_bag_episode(other)
+
+
+def test_robosuite_source_records_and_caches(tmp_path, monkeypatch):
+    pytest.importorskip("robosuite")
+    from training.vla.data.robosuite_source import record_robosuite
+
+    eps = record_robosuite("lift", 1, image_size=32, cache_dir=tmp_path, progress=False)
+    ep = eps[0]
+    assert ep.meta["success"] and ep.frames.shape[1:] == (32, 32, 3)
+    assert [s[0] for s in ep.segments()] == ["move above", "descend", "grasp", "lift"]
+    assert np.abs(ep.deltas).max() <= 0.03 + 1e-6 and ep.gripper[0] == -1 and ep.gripper[-1] == 1
+    # the descend phase moves down, the lift phase up (base frame +z up)
+    seg = {p: (s, e) for p, s, e in ep.segments()}
+    assert ep.deltas[slice(*seg["descend"]), 2].sum() < -0.01 and ep.deltas[slice(*seg["lift"]), 2].sum() > 0
+    # the second call reads the cache and builds no simulator
+    import sim.manip
+
+    monkeypatch.setattr(sim.manip, "ManipTask", lambda *a, **k: (_ for _ in ()).throw(AssertionError("simulated")))
+    _same(ep, record_robosuite("lift", 1, image_size=32, cache_dir=tmp_path, progress=False)[0])
+
+
+def test_importing_training_vla_is_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, training.vla.train, training.vla.data, training.vla.relabel, training.vla.samples; "
+            "heavy = [m for m in ('torch', 'transformers', 'peft', 'robosuite', 'rosbags') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)

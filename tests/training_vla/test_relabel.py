@@ -1,0 +1,132 @@
+"""Relabelling (scripted + VLM) and codec samples: steps tile the episode, targets follow grammar v1 and decode
+back to the demonstrated chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agents.vla import check_motion, format_subtasks, gripper_states, make_codec, merge_deltas, parse_chunk
+from tests.training_vla.conftest import lift_like_episode
+from training.vla.relabel import RELABELLERS, ScriptedRelabeller, VLMRelabeller, make_relabeller
+from training.vla.relabel.vlm import clean_subtask
+from training.vla.samples import Sample, build_samples, sample_corpus
+
+
+def test_scripted_relabeller_from_phases():
+    ep = lift_like_episode()
+    le = make_relabeller("scripted").relabel(ep)
+    assert [(s.start, s.end) for s in le.steps] == [(0, 3), (3, 6), (6, 9), (9, 11)]
+    assert le.subtasks == ["move above the red cube", "lower the gripper to the red cube", "grasp the red cube",
+                           "lift the red cube"]
+    format_subtasks(le.subtasks)  # grammar-v1 subtasks
+    motions = [check_motion(s.motion) for s in le.steps]
+    assert motions[0] == "move forward and slightly left and down" and motions[1] == "move down"
+    assert motions[2] == "close the gripper" and motions[3] == "move up"
+    # the chunk of each step is the paper's merge of its deltas
+    chunk, spans = le.chunk(1)
+    ref, _ = merge_deltas(ep.deltas[3:6], gripper_states(ep.gripper)[3:6])
+    np.testing.assert_allclose(chunk, ref)
+    assert spans[0][0] == 3 and spans[-1][1] == 6
+    assert chunk[:, 2].sum() == pytest.approx(-9.0, abs=0.05) and chunk[0, 3] == 1.0  # cm, gripper open
+    assert make_relabeller("scripted", max_step_len=2).relabel(ep).steps[0].end == 2
+    with pytest.raises(KeyError, match="scripted"):
+        make_relabeller("gpt")
+
+
+def test_scripted_relabeller_without_phases_splits_on_gripper_and_direction():
+    ep = lift_like_episode(phases=False)
+    le = ScriptedRelabeller().relabel(ep)
+    bounds = [(s.start, s.end) for s in le.steps]
+    assert bounds == [(0, 3), (3, 6), (6, 9), (9, 11)]  # direction changes at 3 and 9, gripper flip at 6
+    assert any("close the gripper" in s.motion for s in le.steps)
+    assert "move the gripper up" in le.subtasks
+    for s in le.steps:
+        check_motion(s.motion)
+    format_subtasks(le.subtasks)
+
+
+def test_vlm_relabeller_flow_on_tiny_model(bundle):
+    ep = lift_like_episode()
+    rl = RELABELLERS.get("vlm")(bundle=bundle, max_new_tokens=6)
+    le = rl.relabel(ep)
+    ref = ScriptedRelabeller().relabel(ep)
+    assert [(s.start, s.end) for s in le.steps] == [(s.start, s.end) for s in ref.steps]
+    assert [s.motion for s in le.steps] == [s.motion for s in ref.steps]
+    assert len(le.meta["replies"]) == len(le.steps)
+    # each step got the model's cleaned reply or (counted) the scripted name
+    n_clean = sum(clean_subtask(r) is not None for r in le.meta["replies"])
+    assert le.meta["fallbacks"] == len(le.steps) - n_clean
+    for s, r, base in zip(le.steps, le.meta["replies"], ref.steps):
+        assert s.subtask == (clean_subtask(r) or base.subtask)
+    assert clean_subtask("Grasp the cube.\nmore") == "grasp the cube"
+    assert clean_subtask("[[1, 2]]") is None and clean_subtask("") is None
+    with pytest.raises(ValueError, match="needs a VLM"):
+        VLMRelabeller()
+
+
+def test_language_samples_decode_back_to_the_chunks(bundle):
+    le = ScriptedRelabeller().relabel(lift_like_episode())
+    codec = make_codec("language", bundle.tokenizer)
+    samples = build_samples([le], codec, aux=True)
+    kinds = [s.kind for s in samples]
+    assert kinds.count("subtasks") == 1 and kinds.count("motion") == 4 and kinds.count("action") == 4
+    assert kinds.count("completion") == 4 + 3 and kinds.count("direction") == 4
+    actions = [s for s in samples if s.kind == "action"]
+    for i, s in enumerate(actions):
+        np.testing.assert_allclose(parse_chunk(s.target), le.chunk(i)[0], atol=0.051)
+        assert "motion: " + le.steps[i].motion in s.prompt
+    assert len(build_samples([le], codec, aux=False)) == 9
+    assert "list the subtasks" in " ".join(sample_corpus([le]))
+
+
+@pytest.mark.parametrize("name,atol", [("action_tokens", 0.051), ("binned", 20 / 256 + 1e-6)])
+def test_token_codec_samples(bundle, name, atol):
+    le = ScriptedRelabeller().relabel(lift_like_episode())
+    codec = make_codec(name, bundle.tokenizer)
+    samples = [s for s in build_samples([le], codec) if s.kind == "action"]
+    assert all(isinstance(s.target, tuple) for s in samples)
+    if name == "binned":  # flat: one sample per merged chunk element, 4 tokens each, prompt without subtask
+        chunks = np.concatenate([le.chunk(i)[0] for i in range(len(le.steps))])
+        assert len(samples) == len(chunks) and all(len(s.target) == 4 for s in samples)
+        assert all("subtask" not in s.prompt for s in samples)
+        got = np.concatenate([codec.decode("", s.target) for s in samples])
+    else:
+        chunks = np.concatenate([le.chunk(i)[0] for i in range(len(le.steps))])
+        got = np.concatenate([codec.decode("", s.target) for s in samples])
+        assert set(codec.digit_ids) & {t for s in samples for t in s.target}
+    np.testing.assert_allclose(got[:, :3], chunks[:, :3], atol=atol)
+    np.testing.assert_array_equal(got[:, 3], chunks[:, 3])
+
+
+def test_sample_validation():
+    img = np.zeros((8, 8, 3), np.uint8)
+    with pytest.raises(ValueError, match="non-empty"):
+        Sample(img, "p", "", "x")
+    with pytest.raises(ValueError, match="uint8"):
+        Sample(img.astype(float), "p", "t", "x")
+    assert Sample(img, "p", [3, 4], "x").target == (3, 4)
+
+
+def test_scene_vqa_generation_and_accuracy(bundle, tmp_path):
+    pytest.importorskip("robosuite")
+    from training.vla.evaluate import majority_baseline, vqa_accuracy
+    from training.vla.vqa_scenes import ANSWER_WORDS, generate_vqa, load_vqa, save_vqa, split_vqa
+
+    items = generate_vqa(4, image_size=32, seed=1, progress=False)
+    assert len(items) == 16 and {it.kind for it in items} >= {"count", "table", "exists"}
+    assert all(it.answer in ANSWER_WORDS and it.image.shape == (32, 32, 3) for it in items)
+    for it in items:  # ground truth consistency inside each scene
+        same = [o for o in items if o.scene == it.scene]
+        if it.kind == "colour":
+            assert any(o.kind == "count" and o.answer == "one" for o in same)
+        if it.kind in ("side", "top"):
+            assert any(o.kind == "count" and o.answer == "two" for o in same)
+    train, test = split_vqa(items, 0.25)
+    assert {it.scene for it in train}.isdisjoint({it.scene for it in test}) and len(test) == 4
+    back = load_vqa(save_vqa(items, tmp_path / "v.npz"))
+    assert [(b.question, b.answer) for b in back] == [(it.question, it.answer) for it in items]
+    assert np.array_equal(back[5].image, items[5].image)
+    res = vqa_accuracy(bundle, test)
+    assert res["n"] == 4 and 0.0 <= res["accuracy"] <= 1.0 and set(res["by_kind"]) == {it.kind for it in test}
+    assert 0.0 <= majority_baseline(train, test) <= 1.0

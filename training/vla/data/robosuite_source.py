@@ -1,0 +1,96 @@
+"""Source 1: robosuite demonstrations recorded from the scripted experts of :mod:`sim.manip`.
+
+Each episode records the camera image before every action, the expert's end-effector delta (metres, base frame),
+its gripper command and its phase label. Episodes are cached to ``cache_dir`` (one ``.npz`` per task, image size
+and seed), so a second call with the same arguments reads the disk instead of simulating.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from training.vla.data.episode import Episode, load_episode, save_episode
+
+log = logging.getLogger(__name__)
+
+
+def _cache_name(task: str, image_size: int, seed: int, max_step_m: float) -> str:
+    return f"{task}_{image_size}px_step{round(max_step_m * 1000)}mm_seed{seed}.npz"
+
+
+def record_episode(env: Any, task: str, seed: int, max_steps: int = 200, max_step_m: float = 0.03) -> Episode:
+    """Roll the scripted expert of ``task`` out in ``env`` (a :class:`sim.manip.ManipTask`) from ``seed``."""
+    from sim.manip import make_expert
+    from sim.manip.action import EEDeltaAction
+
+    expert = make_expert(task, max_step_m=max_step_m)
+    obs = env.reset(seed)
+    expert.reset()
+    if obs.get("rgb") is None:
+        raise ValueError("the ManipTask must render (render=True) to record frames")
+    frames, deltas, grip, phases = [], [], [], []
+    objects0 = {k: np.round(v, 4).tolist() for k, v in obs["objects"].items()}
+    success = False
+    for _ in range(max_steps):
+        a = EEDeltaAction.parse(expert.act(obs))
+        frames.append(obs["rgb"])
+        deltas.append(a.delta)
+        grip.append(a.gripper)
+        phases.append(a.phase)
+        obs = env.step(a.delta, a.gripper)
+        if obs["success"]:
+            success = True
+            break
+    return Episode(np.stack(frames), np.asarray(deltas, np.float32), np.asarray(grip, np.float32), phases,
+                   env.instruction, task,
+                   {"source": "robosuite", "seed": int(seed), "success": bool(success), "steps": len(frames),
+                    "objects_initial": objects0, "image_size": int(env.config.image_size)})
+
+
+def record_robosuite(task: str, n_episodes: int, image_size: int = 64, seed: int = 0,
+                     cache_dir: str | Path | None = None, max_steps: int = 200, max_step_m: float = 0.03,
+                     only_success: bool = True, progress: bool = True) -> list[Episode]:
+    """``n_episodes`` expert demonstrations of ``task`` (seeds ``seed``, ``seed + 1``, ...), cached in ``cache_dir``.
+
+    With ``only_success`` failed rollouts are skipped and further seeds tried (at most ``3 * n_episodes`` seeds).
+    """
+    if n_episodes < 1:
+        raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+    if not 16 <= image_size <= 512:
+        raise ValueError(f"image_size must be in 16..512, got {image_size}")
+    cache = Path(cache_dir) if cache_dir is not None else None
+    episodes: list[Episode] = []
+    env = None
+    bar = tqdm(total=n_episodes, desc=f"record {task}", disable=not progress, leave=False)
+    try:
+        s = seed
+        while len(episodes) < n_episodes and s < seed + 3 * n_episodes:
+            path = cache / _cache_name(task, image_size, s, max_step_m) if cache else None
+            if path is not None and path.is_file():
+                ep = load_episode(path)
+            else:
+                if env is None:
+                    from sim.manip import ManipTask
+
+                    env = ManipTask(task=task, image_size=image_size)
+                ep = record_episode(env, task, s, max_steps, max_step_m)
+                if path is not None:
+                    save_episode(ep, path)
+            s += 1
+            if only_success and not ep.meta.get("success", False):
+                log.warning("%s seed %d: the expert failed; skipped", task, s - 1)
+                continue
+            episodes.append(ep)
+            bar.update(1)
+    finally:
+        bar.close()
+        if env is not None:
+            env.close()
+    if len(episodes) < n_episodes:
+        raise RuntimeError(f"{task}: only {len(episodes)} of {n_episodes} expert episodes succeeded")
+    return episodes

@@ -1,0 +1,94 @@
+"""Evaluation of VLA fine-tunes: VQA accuracy (exact match of the first answer word) and closed-loop robosuite
+rollouts of a :class:`agents.vla.VLAPolicy` (success, malformed-output rate, seconds per action)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from training.vla.vqa_scenes import VQAItem
+
+log = logging.getLogger(__name__)
+
+
+def _first_word(text: str) -> str:
+    words = text.strip().lower().replace(".", " ").replace(",", " ").replace("?", " ").split()
+    return words[0] if words else ""
+
+
+def vqa_accuracy(bundle: Any, items: list[VQAItem], batch_size: int = 32, progress: bool = False) -> dict[str, Any]:
+    """Greedy answers to ``items``; accuracy = first answer word equals the ground truth. Returns ``{"accuracy",
+    "by_kind": {kind: accuracy}, "n"}``."""
+    from agents.vlm import GenerationSettings, generate
+
+    if not items:
+        raise ValueError("no VQA items to evaluate")
+    was_training = bundle.model.training
+    bundle.model.eval()
+    settings = GenerationSettings(max_new_tokens=4)
+    correct: list[bool] = []
+    for i in tqdm(range(0, len(items), batch_size), desc="vqa eval", disable=not progress, leave=False):
+        chunk = items[i:i + batch_size]
+        gens = generate(bundle, [it.image for it in chunk], [it.question for it in chunk], settings)
+        correct += [_first_word(g.text) == it.answer for g, it in zip(gens, chunk, strict=True)]
+    if was_training:
+        bundle.model.train()
+    by_kind: dict[str, list[bool]] = {}
+    for ok, it in zip(correct, items, strict=True):
+        by_kind.setdefault(it.kind, []).append(ok)
+    return {"accuracy": float(np.mean(correct)), "n": len(items),
+            "by_kind": {k: float(np.mean(v)) for k, v in sorted(by_kind.items())}}
+
+
+def majority_baseline(train: list[VQAItem], test: list[VQAItem]) -> float:
+    """Accuracy of answering each question kind with its most frequent training answer (the blind baseline)."""
+    from collections import Counter
+
+    best = {k: Counter(it.answer for it in train if it.kind == k).most_common(1)[0][0]
+            for k in {it.kind for it in train}}
+    return float(np.mean([best.get(it.kind) == it.answer for it in test]))
+
+
+def rollout(policy: Any, task: Any, seeds: list[int], max_steps: int = 60, progress: bool = False) -> dict[str, Any]:
+    """Closed-loop episodes of ``policy`` in ``task`` (a :class:`sim.manip.ManipTask`), one per seed.
+
+    An episode ends at success, when the policy says done, after ``max_steps`` control steps, or when the policy
+    gives up on malformed output (:class:`agents.vla.VLAGenerationError`, counted in ``gave_up``).
+    Returns success rate, malformed-output rate, seconds per action (policy time, resampling included, per executed
+    control step; NaN when none was executed), seconds per generation attempt and per well-formed cycle.
+    """
+    from agents.vla import VLAGenerationError
+
+    policy.reset_stats()
+    successes, gave_up, steps_total, policy_s = 0, 0, 0, 0.0
+    for seed in tqdm(seeds, desc="rollouts", disable=not progress, leave=False):
+        obs = task.reset(seed)
+        policy.reset()
+        for _ in range(max_steps):
+            t0 = time.perf_counter()
+            try:
+                a = policy.act(obs)
+            except VLAGenerationError as exc:
+                gave_up += 1
+                log.debug("seed %d: policy gave up: %s", seed, exc)
+                break
+            finally:
+                policy_s += time.perf_counter() - t0
+            if a.done:
+                break
+            steps_total += 1
+            obs = task.step(a.delta, a.gripper)
+            if obs["success"]:
+                successes += 1
+                break
+    st = policy.stats.as_dict()
+    return {"episodes": len(seeds), "success": successes / len(seeds), "gave_up": gave_up,
+            "malformed_rate": st["malformed_rate"], "generations": st["generations"], "steps": steps_total,
+            "sec_per_action": policy_s / steps_total if steps_total else float("nan"),
+            "sec_per_generation": policy_s / st["generations"] if st["generations"] else float("nan"),
+            "policy_s": policy_s,
+            "sec_per_cycle": float(np.median(policy.stats.generation_s)) if policy.stats.generation_s else float("nan")}
