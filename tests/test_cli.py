@@ -27,7 +27,9 @@ def dataset(tmp_path_factory) -> Path:
 
 def test_help_everywhere():
     for argv in (["--help"], ["sim", "--help"], ["sim", "episodes", "--help"], ["sim", "eval", "--help"],
-                 ["sim", "render", "--help"], ["sim", "bench", "--help"], ["demo", "--help"], ["bringup", "--help"]):
+                 ["sim", "render", "--help"], ["sim", "bench", "--help"], ["demo", "--help"], ["bringup", "--help"],
+                 ["train", "--help"], ["quantize", "--help"], ["export-onnx", "--help"], ["fed", "--help"],
+                 ["fed", "run", "--help"], ["vla", "--help"], ["vla", "init-tiny", "--help"], ["vla", "act", "--help"]):
         with pytest.raises(SystemExit) as exc:
             build_parser().parse_args(argv)
         assert exc.value.code == 0

@@ -17,6 +17,7 @@ from allday_ros.safety import (  # noqa: E402
     VelocityLimits,
     Watchdog,
     clamp_twist,
+    policy_status,
     zero_twist,
 )
 
@@ -158,3 +159,12 @@ def test_non_finite_command_is_reported():
     out, reasons = layer.filter(_tw(float("nan")), 0.1)
     assert _vec(out) == [0.0] * 6 and reasons[0].startswith("non-finite velocity")
     assert layer.diagnostic_status(0.2, "s").level == DiagnosticStatus.WARN
+
+
+def test_policy_status_warns_on_routing_fallback():
+    ok = policy_status({"route": (1, 2), "routing": "routed", "routing_failures": 0, "calls": 3})
+    assert ok.level == DiagnosticStatus.OK and "routed" in ok.message
+    assert {kv.key: kv.value for kv in ok.values}["route"] == "(1, 2)"
+    bad = policy_status({"route": (None, None), "routing": "fallback: shared knowledge only (no prototypes)",
+                         "routing_failures": 1})
+    assert bad.level == DiagnosticStatus.WARN and "shared knowledge" in bad.message

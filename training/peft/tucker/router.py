@@ -91,6 +91,13 @@ class PrototypeBank:
         x = _as_2d(features, self.dim, f"{self.kind} routing").mean(0, keepdim=True)
         return int(self.nearest(x)[0])
 
+    def dense(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(P, origin)``: raw mean prototypes (K x D, float32) for ids 0..K-1 and the centring origin (D)."""
+        if self.ids != list(range(len(self))):
+            raise ValueError(f"{self.kind} prototypes must cover expert ids 0..K-1, got {self.ids}")
+        protos = torch.stack([self._sum[i] / self._count[i] for i in self.ids]).float()
+        return protos, self._origin().float()
+
     def state_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "center": self.center, "ids": self.ids,
                 "sums": [self._sum[i].clone() for i in self.ids], "counts": [self._count[i] for i in self.ids]}
@@ -134,6 +141,13 @@ class PrototypeRouter:
     def route_batch(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-row ``(scenes, envs)`` LongTensors (B each)."""
         return self.scene.nearest(features), self.env.nearest(features)
+
+    def to_table(self) -> Any:
+        """The serving-side :class:`agents.vln.router.PrototypeTable` (same routing rule, no ``training``)."""
+        from agents.vln.router import PrototypeTable
+
+        (sp, so), (ep, eo) = self.scene.dense(), self.env.dense()
+        return PrototypeTable(sp, ep, so, eo)
 
     def state_dict(self) -> dict[str, Any]:
         return {"scene": self.scene.state_dict(), "env": self.env.state_dict()}

@@ -57,6 +57,27 @@ NAV_POLICIES.register("forward")(lambda params: ForwardPolicy(int(params.get("fo
 NAV_POLICIES.register("random")(lambda params: RandomPolicy(seed=int(params.get("seed", 0))))
 
 
+@NAV_POLICIES.register("alldaywalker")
+def _alldaywalker(params: dict[str, Any]) -> Policy:
+    """The AlldayWalker VLM navigator from a checkpoint directory (``allday train vln`` -> ``<out>/final``).
+    A TuKA checkpoint routes its experts itself; with ``routing_fallback`` (checkpoint config or this param) a
+    failed routing acts with the shared knowledge only and says so in ``policy.diagnostics()``."""
+    from dataclasses import replace
+
+    from agents.vln.configuration_vln import VLNAgentConfig
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
+
+    ckpt = str(params.get("checkpoint") or "")
+    if not ckpt:
+        raise ValueError("agent 'alldaywalker' needs the 'checkpoint' parameter (a saved navigator directory)")
+    if str(params.get("quantization", "none")) not in ("none", ""):
+        raise ValueError(f"agent 'alldaywalker' does not support quantization={params['quantization']!r} yet")
+    cfg = None
+    if "routing_fallback" in params:
+        cfg = replace(VLNAgentConfig.load(ckpt), routing_fallback=bool(params["routing_fallback"]))
+    return AlldayWalkerPolicy.from_pretrained(ckpt, device=str(params.get("device", "cpu")), config=cfg)
+
+
 def make_policy(name: str, params: dict[str, Any]) -> Policy:
     """Build a navigation policy by registry name (KeyError listing the known names)."""
     return NAV_POLICIES.get(name)(params)

@@ -189,3 +189,17 @@ class SafetyLayer:
         }
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         return status
+
+
+def policy_status(report: dict[str, Any], name: str = "vln_node: policy", hardware_id: str = "allday"
+                  ) -> DiagnosticStatus:
+    """A policy's ``diagnostics()`` dict as a DiagnosticStatus: WARN when expert routing fell back to the shared
+    knowledge (or failed), else OK; every entry becomes a KeyValue."""
+    routing = str(report.get("routing", ""))
+    status = DiagnosticStatus(name=name, hardware_id=hardware_id)
+    if routing.startswith("fallback") or int(report.get("routing_failures", 0) or 0) > 0:
+        status.level, status.message = DiagnosticStatus.WARN, f"routing: {routing or 'failed'}"
+    else:
+        status.level, status.message = DiagnosticStatus.OK, f"routing: {routing}" if routing else "ok"
+    status.values = [KeyValue(key=str(k), value=str(v)) for k, v in report.items()]
+    return status

@@ -35,7 +35,14 @@ from allday_ros.conversions import (  # noqa: E402
     stamp_to_ns,
 )
 from allday_ros.policies import EpisodeAwarePolicy, make_policy  # noqa: E402
-from allday_ros.safety import LogOnce, SafetyLayer, VelocityLimits, Watchdog, zero_twist  # noqa: E402
+from allday_ros.safety import (  # noqa: E402
+    LogOnce,
+    SafetyLayer,
+    VelocityLimits,
+    Watchdog,
+    policy_status,
+    zero_twist,
+)
 from allday_ros.spin import run_node  # noqa: E402
 
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
@@ -64,6 +71,7 @@ class VlnNode(LifecycleNode):
         p("seed", 0)
         p("forward_steps", 37)        # the forward baseline: steps before STOP
         p("watchdog_inputs", ["camera", "instruction"])  # robots with a one-shot instruction: ["camera"]
+        p("routing_fallback", "checkpoint")  # TuKA agents: true | false | checkpoint (keep the saved setting)
         self._log_once = LogOnce()
         self._active = False
         self.policy = None
@@ -96,6 +104,11 @@ class VlnNode(LifecycleNode):
                                       dry_run=bool(g("dry_run")))
             params = {k: g(k) for k in ("checkpoint", "device", "quantization", "forward_step", "turn_angle_deg",
                                         "seed", "forward_steps")}
+            fallback = str(g("routing_fallback")).strip().lower()
+            if fallback not in ("true", "false", "checkpoint"):
+                raise ValueError(f"routing_fallback must be true, false or checkpoint, got {fallback!r}")
+            if fallback != "checkpoint":
+                params["routing_fallback"] = fallback == "true"
             self.policy = make_policy(str(g("agent")), params)
         except (KeyError, ValueError, OSError) as exc:
             self.get_logger().error(f"configure failed: {exc}")
@@ -311,6 +324,9 @@ class VlnNode(LifecycleNode):
         arr = DiagnosticArray()
         arr.header.stamp = self.get_clock().now().to_msg()
         arr.status = [self.safety.diagnostic_status(self._now(), "vln_node: safety", "allday")]
+        report = getattr(self.policy, "diagnostics", None)
+        if callable(report):
+            arr.status.append(policy_status(report()))
         self.pub_diag.publish(arr)
 
 

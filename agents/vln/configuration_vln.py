@@ -1,0 +1,89 @@
+"""``VLNAgentConfig``: how the AlldayWalker navigator builds its prompt and reads the model's answer."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from agents.core.types import NavAction
+
+CONFIG_NAME = "vln_config.json"
+FALLBACKS = ("stop", "forward", "left", "right", "error")
+
+
+@dataclass
+class VLNAgentConfig:
+    """Prompt/answer settings of the VLM navigator (validated at construction).
+
+    - ``num_history``: past frames shown with the current one (tiled into one image, current frame first);
+    - ``num_future_steps``: actions the model writes per call (StreamVLN: 4); ``execute_steps`` of them are
+      executed before the model is called again (``0``: all it wrote);
+    - ``action_history``: previous actions written into the prompt as words (0: none, the default: with them a
+      small imitation-trained model copies its own past actions and turns in place forever);
+    - ``max_instruction_words``: longer instructions keep their first and last words (the goal is at the end);
+    - ``fallback``: the action when an answer has no valid action word (``"error"``: raise instead);
+    - ``route_every``: re-route the experts every N calls (0: once per episode, on its first frame);
+    - ``routing_fallback``: when routing fails (no prototypes, bad features), act with the shared knowledge only
+      (no expert update) instead of raising; the policy reports it in ``diagnostics()``.
+    """
+
+    num_history: int = 3
+    num_future_steps: int = 4
+    execute_steps: int = 0
+    action_history: int = 0
+    max_instruction_words: int = 48
+    fallback: str = "stop"
+    route_every: int = 0
+    routing_fallback: bool = False
+
+    def __post_init__(self) -> None:
+        limits = {"num_history": (0, 15), "num_future_steps": (1, 32), "execute_steps": (0, 32),
+                  "action_history": (0, 64), "max_instruction_words": (1, 4096), "route_every": (0, 100000)}
+        for name, (lo, hi) in limits.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"VLNAgentConfig.{name} must be an int in [{lo}, {hi}], got {v!r}")
+        if self.execute_steps > self.num_future_steps:
+            raise ValueError(f"VLNAgentConfig.execute_steps ({self.execute_steps}) must be <= num_future_steps "
+                             f"({self.num_future_steps})")
+        if self.fallback not in FALLBACKS:
+            raise ValueError(f"VLNAgentConfig.fallback must be one of {list(FALLBACKS)}, got {self.fallback!r}")
+        if not isinstance(self.routing_fallback, bool):
+            raise TypeError(f"VLNAgentConfig.routing_fallback must be a bool, got {self.routing_fallback!r}")
+
+    @property
+    def fallback_action(self) -> NavAction | None:
+        """The NavAction of ``fallback`` (None for ``"error"``)."""
+        if self.fallback == "error":
+            return None
+        return {"stop": NavAction.STOP, "forward": NavAction.MOVE_FORWARD, "left": NavAction.TURN_LEFT,
+                "right": NavAction.TURN_RIGHT}[self.fallback]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "VLNAgentConfig":
+        if not isinstance(d, dict):
+            raise ValueError(f"VLN agent config must be a mapping, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown VLNAgentConfig keys {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    def save(self, directory: str | Path) -> None:
+        Path(directory, CONFIG_NAME).write_text(json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "VLNAgentConfig":
+        path = Path(directory, CONFIG_NAME)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: not an AlldayWalker checkpoint directory")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"corrupt {path}: {exc}") from exc
+        return cls.from_dict(data)

@@ -1,0 +1,196 @@
+#!/usr/bin/env python
+"""AML-VLN at small scale (issue #6): sequential LoRA, EWC-LoRA, oracle multi-LoRA and TuKA + DKIL learn a
+sequence of (scene, condition) navigation tasks one at a time, all from the same cached base navigator.
+
+Reports after the last task: SR / SPL / OSR per task and averaged, forgetting F-SR (relative drop from each
+task's SR right after it was learned), SR on unseen (scene, condition) pairs, routing accuracy (TuKA) and adapter
+parameters; writes a JSON, a markdown table and the SR-matrix plot (full mode: docs/lifelong_vln.{json,md,png}).
+``--quick``: 2 scenes x 2 conditions, tiny model and settings. Last stdout line: one JSON object with ``avg_sr``
+and ``forgetting`` per method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+QUICK_BASE = {
+    "out_dir": "runs/vln/quick", "image_size": 32, "n_scenes": 2, "episodes_per_scene": 3, "eval_per_scene": 1,
+    "min_distance": 1.5, "max_distance": 4.0, "max_steps": 16, "steps": 30, "batch_size": 8, "dagger_rounds": 0,
+    "eval_conditions": ["normal"], "cache_dir": "runs/cache/vln", "num_threads": 1,
+    "agent": {"num_history": 1, "num_future_steps": 4, "action_history": 2, "max_instruction_words": 16},
+    "tiny": {"hidden_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 128,
+             "patch_size": 16, "vision_hidden_size": 32, "vision_layers": 1, "vision_heads": 2,
+             "vision_intermediate_size": 64, "bpe_vocab_size": 400},
+}
+
+
+def _clean(x):
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def table(results: dict, tasks, unseen) -> str:
+    head = ("| method | avg SR | avg SPL | avg OSR | F-SR (rel.) | F-SR (abs.) | unseen SR | routing acc. | "
+            "adapter params | time (s) |")
+    lines = [head, "|" + "---|" * 10]
+    f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    for name, r in results.items():
+        lines.append(f"| {name} | {f(r['avg']['sr'])} | {f(r['avg']['spl'])} | {f(r['avg']['osr'])} | "
+                     f"{f(r['forgetting']['sr']['relative'])} | {f(r['forgetting']['sr']['absolute'])} | "
+                     f"{f(r['unseen']['sr'])} | {f(r['routing_acc'])} | {r['adapter_params']:,} | {r['seconds']} |")
+    lines += ["", "Final SR per task (order of learning): " + ", ".join(t.name for t in tasks)
+              + (f"; unseen: {', '.join(u.name for u in unseen)}" if unseen else ""), "",
+              "| method | " + " | ".join(t.name for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for name, r in results.items():
+        lines.append(f"| {name} | " + " | ".join(f(v) for v in r["final"]["sr"]) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, tasks, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(results), figsize=(3.4 * len(results), 3.4), squeeze=False)
+    for i, (ax, (name, r)) in enumerate(zip(axes[0], results.items())):
+        m = np.array(r["matrices"]["sr"], dtype=float)
+        im = ax.imshow(np.ma.masked_invalid(m), vmin=0, vmax=1, cmap="viridis")
+        ax.set_title(f"{name}\navg SR {r['avg']['sr']:.2f}", fontsize=9)
+        ax.set_xlabel("evaluated task")
+        ax.set_xticks(range(len(tasks)), [t.name for t in tasks], rotation=90, fontsize=6)
+        ax.set_yticks(range(len(tasks)), [t.name for t in tasks] if i == 0 else [], fontsize=6)
+        if i == 0:
+            ax.set_ylabel("after training task")
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="SR")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+class _T:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def merge(paths: list[str], out: Path) -> int:
+    """Combine runs of the same sequence that trained different methods (e.g. two processes)."""
+    reports = [json.loads(Path(p).read_text()) for p in paths]
+    first = reports[0]
+    for r in reports[1:]:
+        if r["tasks"] != first["tasks"] or r["unseen"] != first["unseen"]:
+            raise ValueError("runs to merge must share the task sequence and unseen pairs")
+    results = {m: res for r in reports for m, res in r["results"].items()}
+    merged = {**first, "results": results, "seconds": max(r["seconds"] for r in reports), "merged_from": paths}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "lifelong_vln.json").write_text(json.dumps(_clean(merged), indent=1))
+    tasks, unseen = [_T(n) for n in first["tasks"]], [_T(n) for n in first["unseen"]]
+    md = table(results, tasks, unseen)
+    (out / "lifelong_vln.md").write_text(md + "\n")
+    plot(results, tasks, out / "lifelong_vln.png")
+    print(md)
+    print(json.dumps(_clean({"avg_sr": {m: r["avg"]["sr"] for m, r in results.items()},
+                             "forgetting": {m: r["forgetting"]["sr"]["relative"] for m, r in results.items()}})))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="2 scenes x 2 conditions, tiny settings (< 1 minute)")
+    p.add_argument("--base-config", default=str(ROOT / "configs/vln/base.yaml"), help="base navigator config")
+    p.add_argument("--scenes", type=int, default=3)
+    p.add_argument("--conditions", default="normal,low_light,overexposure,scattering")
+    p.add_argument("--unseen", type=int, default=2, help="(scene, condition) pairs held out of the sequence")
+    p.add_argument("--order-seed", type=int, default=0)
+    p.add_argument("--train-per-task", type=int, default=8, help="training episodes per task")
+    p.add_argument("--eval-per-task", type=int, default=4, help="held-out episodes per task")
+    p.add_argument("--steps-per-task", type=int, default=60)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--success-distance", type=float, default=None,
+                   help="evaluation success radius in m (default: the base config's); evaluation only")
+    p.add_argument("--methods", default="seq_lora,ewc_lora,oracle_multi_lora,tuka_dkil")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
+    p.add_argument("--out", default=None, help="output directory (default: docs/ in full mode, a temp dir in quick)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="only combine lifelong_vln.json files of runs that split --methods (same tasks) into --out")
+    p.add_argument("-v", "--verbose", action="store_true")
+    a = p.parse_args(argv)
+    if a.merge:
+        return merge(a.merge, Path(a.out or ROOT / "docs"))
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING)
+    import torch
+
+    from training.vln.config import VLNTrainConfig
+    from training.vln.lifelong import LifelongConfig, evaluate_base, prepare_data, run_method
+    from training.vln.navigator import base_navigator
+
+    torch.set_num_threads(max(1, a.threads))
+    os.chdir(ROOT)
+    t0 = time.time()
+    if a.quick:
+        base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
+        cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
+                             train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4, fisher_batches=1,
+                             lora_rank=4, tuka_ranks=(4, 4, 2, 2), methods=a.methods.split(","), full_matrix=False)
+    else:
+        base = VLNTrainConfig.from_yaml(a.base_config)
+        cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
+                             order_seed=a.order_seed, train_per_task=a.train_per_task, eval_per_task=a.eval_per_task,
+                             steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
+                             methods=a.methods.split(","))
+    base_dir, base_result = base_navigator(base, progress=not a.quick)
+    if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
+        cfg.base = dataclasses.replace(base, success_distance=a.success_distance)
+    tasks, unseen = cfg.tasks()
+    data = prepare_data(cfg, tasks + unseen, progress=not a.quick)
+    base_on_tasks = evaluate_base(cfg, base_dir, tasks + unseen, data)
+    out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="lifelong_vln_")) if a.quick else ROOT / "docs")
+    out.mkdir(parents=True, exist_ok=True)
+    served = Path(tempfile.mkdtemp(prefix="alldaywalker_served_")) if a.quick else ROOT / "runs/vln/alldaywalker_tuka"
+    results = {m: run_method(m, cfg, base_dir, tasks, unseen, data, progress=not a.quick, export_dir=served)
+               for m in cfg.methods}
+    base_metrics = {c: {k: round(float(m[k]), 3) for k in ("sr", "spl", "osr", "ne")}
+                    for c, m in base_result["metrics"].items()}
+    report = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "unseen": [u.name for u in unseen],
+              "base_navigator": {"dir": str(base_dir), "metrics": base_metrics, "on_tasks": base_on_tasks},
+              "success_distance": cfg.base.success_distance, "results": results,
+              "seconds": round(time.time() - t0, 1)}
+    (out / "lifelong_vln.json").write_text(json.dumps(_clean(report), indent=1))
+    md = table(results, tasks, unseen)
+    (out / "lifelong_vln.md").write_text(md + "\n")
+    plot(results, tasks, out / "lifelong_vln.png")
+    print(md)
+    print(f"base navigator (after pre-training, normal light only): {json.dumps(base_metrics)}")
+    print(f"base navigator on the tasks (no adaptation): {json.dumps(_clean(base_on_tasks))}")
+    summary = {"avg_sr": {m: r["avg"]["sr"] for m, r in results.items()},
+               "forgetting": {m: r["forgetting"]["sr"]["relative"] for m, r in results.items()},
+               "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
+               "routing_acc": results.get("tuka_dkil", {}).get("routing_acc"),
+               "served_parity": results.get("tuka_dkil", {}).get("served_parity"),
+               "seconds": round(time.time() - t0, 1), "out": str(out)}
+    print(json.dumps(_clean(summary)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

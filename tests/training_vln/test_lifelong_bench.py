@@ -1,0 +1,25 @@
+"""The lifelong benchmark end to end in --quick mode (slow: trains a tiny base and four methods)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_quick_benchmark_prints_json(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/lifelong_vln.py"), "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    methods = {"seq_lora", "ewc_lora", "oracle_multi_lora", "tuka_dkil"}
+    assert set(last["avg_sr"]) == methods and set(last["forgetting"]) == methods
+    assert all(0.0 <= v <= 1.0 for v in last["avg_sr"].values())
+    assert last["served_parity"]["routes_equal"] and last["served_parity"]["max_logit_diff"] < 1e-3
+    report = json.loads((tmp_path / "lifelong_vln.json").read_text())
+    assert len(report["tasks"]) == 3 and len(report["unseen"]) == 1
+    assert (tmp_path / "lifelong_vln.png").stat().st_size > 1000

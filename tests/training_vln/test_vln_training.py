@@ -1,0 +1,177 @@
+"""AlldayWalker training: imitation lowers the loss, DAgger relabels the learner's states with the oracle,
+checkpoints resume, the lifelong protocol's bookkeeping, and clear errors on bad configs."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL context (see its docstring)
+from agents.core.types import NavAction  # noqa: E402
+from agents.vln.actions import format_actions  # noqa: E402
+from agents.vln.configuration_vln import VLNAgentConfig  # noqa: E402
+from training.vln.config import VLNTrainConfig  # noqa: E402
+from training.vln.lifelong import LifelongConfig, forgetting  # noqa: E402
+
+TINY = dict(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128, vision_hidden_size=32,
+            vision_layers=1, vision_heads=2, vision_intermediate_size=64, bpe_vocab_size=400)
+BASE = dict(image_size=32, tiny=TINY, n_scenes=1, episodes_per_scene=1, eval_per_scene=1, min_distance=1.5,
+            max_distance=4.0, max_steps=12, steps=4, batch_size=4, dagger_rounds=1, dagger_steps=2,
+            dagger_episodes_per_scene=1, checkpoint_every=2, eval_conditions=["normal"], num_threads=1,
+            agent={"num_history": 1, "num_future_steps": 3, "action_history": 2})
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory):
+    return VLNTrainConfig(**BASE, cache_dir=str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="module")
+def world(cfg):
+    from training.vln.navigator import make_episodes
+
+    return make_episodes(cfg, "train")
+
+
+@pytest.fixture(scope="module")
+def bundle(cfg, world, tmp_path_factory):
+    from agents.vlm.bundle import load_vlm
+    from training.vln.navigator import build_backbone
+
+    return load_vlm(build_backbone(cfg, tmp_path_factory.mktemp("vlm"), [e.instruction_text for e in world[0]]))
+
+
+def test_imitation_lowers_loss(cfg, world, bundle):
+    from agents.vln.processor_vln import VLNProcessor
+    from training.vln.data import collect
+    from training.vln.navigator import make_env
+    from training.vln.trainer import Imitation, eval_loss
+
+    env = make_env(cfg, "normal", *world)
+    try:
+        samples = collect(env, [0], cfg.agent_config(), cfg.image_size)
+    finally:
+        env.close()
+    assert samples and samples[-1].target == "stop"  # the oracle ends the episode on STOP
+    model = bundle.model
+    for p in model.parameters():
+        p.requires_grad_(True)
+    vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size, cfg.agent_config())
+    before = eval_loss(model, vproc, samples)
+    losses = Imitation(model, vproc, lr=3e-3, batch_size=4).run(samples, 12)
+    after = eval_loss(model, vproc, samples)
+    assert len(losses) == 12 and all(math.isfinite(v) for v in losses)
+    assert after < 0.8 * before, (before, after)
+
+
+def test_dagger_relabels_learner_states_with_the_oracle(cfg, world, bundle):
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
+    from training.vln.data import collect, teacher_actions
+    from training.vln.navigator import make_env
+
+    # an untrained learner: its answers are unparsable, so it turns left every step (fallback) and never stops
+    agent_cfg = VLNAgentConfig(num_history=1, num_future_steps=3, action_history=2, fallback="left")
+    learner = AlldayWalkerPolicy(bundle, agent_cfg)
+    learner.predict = lambda *a, **k: [([NavAction.TURN_LEFT], False)]  # deterministic learner, same interface
+    env = make_env(cfg, "normal", *world)
+    try:
+        samples = collect(env, [0], agent_cfg, cfg.image_size, policy=learner, beta=0.0)
+        assert len(samples) == cfg.max_steps  # the learner drove (the oracle would have stopped earlier)
+        env.reset(options={"episode_index": 0})  # replay the learner's trajectory and recompute the labels
+        for s in samples:
+            assert s.target == format_actions(teacher_actions(env, 3))
+            env.step(NavAction.TURN_LEFT)
+    finally:
+        env.close()
+    assert len({s.target for s in samples}) > 1  # labels follow the state (corrective turns), not a constant
+    with pytest.raises(ValueError, match="needs a learner policy"):
+        collect(env, [0], agent_cfg, cfg.image_size, beta=0.5)
+
+
+def test_checkpoint_resume(cfg, tmp_path, monkeypatch):
+    import training.vln.navigator as nav
+
+    calls = {"n": 0}
+    real_run = nav.Imitation.run
+
+    def flaky(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # killed after the first checkpoint
+        return real_run(self, *a, **k)
+
+    monkeypatch.setattr(nav.Imitation, "run", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        nav.train_navigator(cfg, tmp_path, progress=False)
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["phase"] == "bc" and state["phase_step"] == 2
+    calls["n"] = 10
+    result = nav.train_navigator(cfg, tmp_path, resume=True, progress=False)
+    assert calls["n"] == 10 + 1 + 1  # one remaining BC chunk + one DAgger chunk, the first chunk not redone
+    assert result["steps"] == cfg.steps + cfg.dagger_steps
+    assert (tmp_path / "final" / "vln_config.json").is_file() and "normal" in result["metrics"]
+    other = VLNTrainConfig(**{**BASE, "steps": 6})
+    with pytest.raises(ValueError, match="different config"):
+        nav.train_navigator(other, tmp_path, resume=True, progress=False)
+
+
+@pytest.mark.parametrize("kw,field", [({"train_conditions": ["dusk"]}, "train_conditions"),
+                                      ({"condition_params": {"fog": {}}}, "unknown condition 'fog'"),
+                                      ({"condition_params": {"low_light": {"gain": -1}}}, "gain"),
+                                      ({"min_distance": 5.0, "max_distance": 4.0}, "min_distance"),
+                                      ({"agent": {"num_future_steps": 0}}, "num_future_steps"),
+                                      ({"steps": -1}, "steps")])
+def test_train_config_validation(kw, field):
+    with pytest.raises((ValueError, TypeError), match=field):
+        VLNTrainConfig(**{**BASE, **kw})
+
+
+def test_yaml_overrides_and_unknown_keys(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("steps: 5\nagent: {num_history: 1}\n")
+    c = VLNTrainConfig.from_yaml(p, ["steps=7", "agent.num_future_steps=2", "eval_conditions=[normal]"])
+    assert c.steps == 7 and c.agent == {"num_history": 1, "num_future_steps": 2} and c.eval_conditions == ["normal"]
+    with pytest.raises(ValueError, match="unknown VLNTrainConfig keys"):
+        VLNTrainConfig.from_yaml(p, ["stepz=1"])
+    with pytest.raises(ValueError, match="key=value"):
+        VLNTrainConfig.from_yaml(p, ["steps"])
+
+
+def test_unknown_scene_ids(cfg):
+    from training.vln.navigator import make_episodes
+
+    with pytest.raises(ValueError, match="unknown scene index"):
+        make_episodes(cfg, "task", 1, [3])
+    with pytest.raises(ValueError, match="split must be one of"):
+        make_episodes(cfg, "bogus")
+
+
+def test_task_sequence_and_unseen_pairs():
+    base = VLNTrainConfig(**{**BASE, "n_scenes": 3})
+    lc = LifelongConfig(base=base, n_scenes=3, n_unseen=2)
+    tasks, unseen = lc.tasks()
+    assert len(tasks) == 10 and len(unseen) == 2
+    pairs = {(t.scene, t.condition) for t in tasks}
+    assert not pairs & {(u.scene, u.condition) for u in unseen}
+    assert {t.scene for t in tasks} == {0, 1, 2} and {t.condition for t in tasks} == set(lc.conditions)
+    assert [t.name for t in lc.tasks()[0]] == [t.name for t in tasks]  # fixed order for a seed
+    assert [t.name for t in LifelongConfig(base=base, n_scenes=3, order_seed=1).tasks()[0]] != [t.name for t in tasks]
+    with pytest.raises(ValueError, match="n_scenes must be"):
+        LifelongConfig(base=base, n_scenes=4)
+    with pytest.raises(ValueError, match="conditions must be distinct"):
+        LifelongConfig(base=base, conditions=["normal", "night"])
+    with pytest.raises(ValueError, match="n_unseen"):
+        LifelongConfig(base=base, n_scenes=1, conditions=["normal", "low_light"], n_unseen=1)
+    with pytest.raises(KeyError, match="unknown lifelong VLN method"):
+        LifelongConfig(base=base, methods=["magic"])
+
+
+def test_forgetting_definition():
+    m = np.array([[0.8, np.nan, np.nan], [0.4, 0.5, np.nan], [0.2, 0.0, 0.9]])
+    f = forgetting(m)
+    assert f["per_task"] == pytest.approx([0.75, 1.0])
+    assert f["relative"] == pytest.approx(0.875) and f["absolute"] == pytest.approx((0.6 + 0.5) / 2)
+    z = forgetting(np.array([[0.0, np.nan], [0.0, 1.0]]))
+    assert z["relative"] is None and math.isnan(z["per_task"][0])  # X[t, t] = 0 is excluded

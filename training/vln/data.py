@@ -1,0 +1,93 @@
+"""Imitation data in the simulator: oracle demonstrations and DAgger relabelling of the learner's own states.
+
+A sample is what one model call sees plus the teacher's answer: the tiled frame image (current + history, uint8),
+the prompt (instruction + past actions) and the target action words (the shortest-path follower's next
+``num_future_steps`` actions from that pose, ending at ``stop``). States visited by the learner (DAgger) are
+labelled by the same follower, so off-path states get corrective labels.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from agents.core.types import NavAction
+from agents.vln.actions import format_actions
+from agents.vln.configuration_vln import VLNAgentConfig
+from agents.vln.modeling_vln import AlldayWalkerPolicy
+from agents.vln.processor_vln import build_prompt, tile_frames
+from sim.core.frames import habitat_to_mj, theta_to_phi
+from sim.nav.env import MujocoNavEnv
+from sim.nav.follower import ShortestPathFollower
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Sample:
+    """One supervised model call: tiled image (HxWx3 uint8), prompt, target action words, task ids and (optionally)
+    the raw current frame (routing features)."""
+
+    image: np.ndarray
+    prompt: str
+    target: str
+    scene: int = 0
+    env: int = 0
+    frame: np.ndarray | None = None
+
+
+def teacher_actions(env: MujocoNavEnv, k: int) -> list[NavAction]:
+    """The follower's next ``k`` actions from the env's current pose (kinematic rollout, no rendering)."""
+    follower = ShortestPathFollower(env.grid, env.motion)
+    x, y, _ = habitat_to_mj(env.pose.position)
+    gx, gy, _ = habitat_to_mj(env.episode.goals[0].position)
+    _, actions, _ = follower.rollout(x, y, theta_to_phi(env.pose.heading), gx, gy, max_steps=k)
+    return [NavAction(a) for a in actions]
+
+
+def collect(env: MujocoNavEnv, episode_indices: Sequence[int], cfg: VLNAgentConfig, image_size: int,
+            policy: AlldayWalkerPolicy | None = None, beta: float = 1.0, seed: int = 0, condition: str | None = None,
+            task_ids: tuple[int, int] = (0, 0), progress: bool = False, keep_frames: bool = False) -> list[Sample]:
+    """Roll out episodes and label every visited state with the teacher.
+
+    ``policy=None`` or ``beta=1``: the teacher drives (behaviour cloning). Otherwise DAgger: at each step the
+    teacher's action is executed with probability ``beta`` and the learner's otherwise; all states are labelled.
+    """
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta must be in [0, 1], got {beta}")
+    if policy is None and beta < 1.0:
+        raise ValueError("DAgger (beta < 1) needs a learner policy")
+    rng = np.random.default_rng(seed)
+    out: list[Sample] = []
+    for idx in tqdm(episode_indices, desc="collect" if beta >= 1 else f"dagger b={beta:.2f}", disable=not progress):
+        options = {"episode_index": int(idx)}
+        if condition:
+            options["condition"] = condition
+        obs, _ = env.reset(options=options)
+        if policy is not None:
+            policy.reset()
+        frames: deque[np.ndarray] = deque(maxlen=1 + cfg.num_history)
+        prev: list[NavAction] = []
+        done = False
+        while not done:
+            frames.appendleft(obs["rgb"])
+            teacher = teacher_actions(env, cfg.num_future_steps)
+            out.append(Sample(tile_frames(list(frames), cfg.num_history, image_size),
+                              build_prompt(obs["instruction"], prev, cfg), format_actions(teacher), *task_ids,
+                              frame=obs["rgb"] if keep_frames else None))
+            action = teacher[0]
+            if policy is not None and beta < 1.0:
+                learner = NavAction.parse(policy.act(env.to_observation(obs)))
+                if rng.random() >= beta:
+                    action = learner
+                else:
+                    policy.override(action)
+            prev.append(action)
+            obs, _, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
+    return out

@@ -1,0 +1,297 @@
+"""The AML-VLN protocol at small scale: a sequence of (scene, condition) tasks learned one at a time.
+
+Every method starts from the same cached base navigator and sees the same tasks, data and held-out episodes.
+After each task k the method is evaluated on tasks 1..k (the SR/SPL/OSR matrices X[k, t]); after the last one on
+the unseen (scene, condition) pairs too. Forgetting follows ``vln-format-and-metrics.md`` section 3:
+F-X_t = (X[t, t] - X[T, t]) / X[t, t] for t < T, NaN (excluded) when X[t, t] = 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from sim.core.episodes import Episode, GroundTruth
+from training.vln.config import VLNTrainConfig
+from training.vln.data import Sample, collect
+from training.vln.methods import METHODS
+from training.vln.navigator import make_env, make_episodes
+from training.vln.trainer import Imitation, make_batch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int
+    scene: int
+    condition: str
+    env: int
+
+    @property
+    def name(self) -> str:
+        return f"S{self.scene}-{self.condition}"
+
+
+@dataclass
+class LifelongConfig:
+    """Sequence, data and per-task training settings (the base navigator comes from ``base``)."""
+
+    base: VLNTrainConfig = field(default_factory=VLNTrainConfig)
+    n_scenes: int = 3
+    conditions: list[str] = field(default_factory=lambda: ["normal", "low_light", "overexposure", "scattering"])
+    n_unseen: int = 2
+    order_seed: int = 0
+    train_per_task: int = 8
+    eval_per_task: int = 4
+    steps_per_task: int = 60
+    batch_size: int = 8
+    lr: float = 1e-3
+    lora_rank: int = 8
+    tuka_ranks: tuple[int, int, int, int] = (8, 8, 4, 4)
+    ewc_lambda: float = 1e7
+    fisher_batches: int = 4
+    methods: list[str] = field(default_factory=lambda: ["seq_lora", "ewc_lora", "oracle_multi_lora", "tuka_dkil"])
+    full_matrix: bool = True
+
+    def __post_init__(self) -> None:
+        from sim.nav.conditions import available_conditions
+
+        if not isinstance(self.n_scenes, int) or not 1 <= self.n_scenes <= self.base.n_scenes:
+            raise ValueError(f"n_scenes must be an int in 1..{self.base.n_scenes} (the base navigator's scenes), "
+                             f"got {self.n_scenes!r}")
+        bad = [c for c in self.conditions if c not in available_conditions()]
+        if not self.conditions or bad or len(set(self.conditions)) != len(self.conditions):
+            raise ValueError(f"conditions must be distinct names of {available_conditions()}, got {self.conditions}")
+        pairs = self.n_scenes * len(self.conditions)
+        if not isinstance(self.n_unseen, int) or not 0 <= self.n_unseen <= pairs - 2:
+            raise ValueError(f"n_unseen must be in 0..{pairs - 2} ({pairs} pairs, at least 2 tasks), got "
+                             f"{self.n_unseen!r}")
+        if pairs - self.n_unseen > 24:
+            raise ValueError(f"at most 24 tasks (the paper's setting), got {pairs - self.n_unseen}")
+        for name in ("train_per_task", "eval_per_task", "steps_per_task", "batch_size", "lora_rank",
+                     "fisher_batches"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if len(self.tuka_ranks) != 4 or any(int(r) < 1 for r in self.tuka_ranks):
+            raise ValueError(f"tuka_ranks must be 4 positive ints, got {self.tuka_ranks}")
+        for m in self.methods:
+            METHODS.get(m)  # KeyError listing the known methods
+
+    def tasks(self) -> tuple[list[Task], list[Task]]:
+        """(task sequence in a fixed random order, unseen pairs). The held-out pairs are chosen so every scene
+        and every condition still occurs in the sequence whenever possible."""
+        rng = np.random.default_rng(self.order_seed)
+        pairs = [(s, c) for s in range(self.n_scenes) for c in range(len(self.conditions))]
+        unseen: list[tuple[int, int]] = []
+        for p in [pairs[i] for i in rng.permutation(len(pairs))]:
+            if len(unseen) == self.n_unseen:
+                break
+            rest = [q for q in pairs if q not in unseen and q != p]
+            if {q[0] for q in rest} == set(range(self.n_scenes)) and {q[1] for q in rest} == set(
+                    range(len(self.conditions))):
+                unseen.append(p)
+        seq = [p for p in pairs if p not in unseen]
+        seq = [seq[i] for i in rng.permutation(len(seq))]
+        mk = lambda i, p: Task(i, p[0], self.conditions[p[1]], p[1])  # noqa: E731
+        return [mk(i, p) for i, p in enumerate(seq)], [mk(len(seq) + i, p) for i, p in enumerate(unseen)]
+
+    def settings(self) -> dict[str, Any]:
+        return {"lora_rank": self.lora_rank, "tuka_ranks": tuple(self.tuka_ranks), "ewc_lambda": self.ewc_lambda}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["base"] = self.base.fingerprint()
+        return d
+
+
+@dataclass
+class TaskData:
+    task: Task
+    samples: list[Sample]
+    eval_episodes: list[Episode]
+    eval_gts: dict[str, GroundTruth]
+
+
+def prepare_data(cfg: LifelongConfig, tasks: list[Task], progress: bool = False) -> dict[int, TaskData]:
+    """Oracle demonstrations (training) and held-out episodes of every task, rendered under its condition."""
+    out: dict[int, TaskData] = {}
+    agent_cfg = cfg.base.agent_config()
+    for t in tqdm(tasks, desc="task data", disable=not progress):
+        eps, gts = make_episodes(cfg.base, "task", cfg.train_per_task, [t.scene], seed_offset=100 * t.index)
+        env = make_env(cfg.base, t.condition, eps, gts)
+        try:
+            samples = collect(env, range(len(eps)), agent_cfg, cfg.base.image_size, seed=t.index,
+                              task_ids=(t.scene, t.env), keep_frames=True)
+        finally:
+            env.close()
+        ev, egts = make_episodes(cfg.base, "task", cfg.eval_per_task, [t.scene], seed_offset=100 * t.index + 50)
+        if not ev or not samples:
+            raise ValueError(f"task {t.name}: no valid episodes could be sampled (min_distance "
+                             f"{cfg.base.min_distance} .. max_distance {cfg.base.max_distance} m); widen the range")
+        out[t.index] = TaskData(t, samples, ev, egts)
+    return out
+
+
+def evaluate_task(method: Any, cfg: LifelongConfig, data: TaskData, expected_route: tuple[int | None, int | None]
+                  | None = None) -> dict[str, float]:
+    """SR / SPL / OSR (and routing accuracy for routed methods) of ``method`` on the task's held-out episodes."""
+    from sim import metrics
+    from sim.nav.evaluate import run_episode
+
+    policy = method.policy(data.task)
+    env = make_env(cfg.base, data.task.condition, data.eval_episodes, data.eval_gts)
+    rows, routed_ok = [], []
+    try:
+        for i in range(len(data.eval_episodes)):
+            rows.append(run_episode(env, policy, i))
+            if method.routed and expected_route is not None:
+                routed_ok.append(policy.route == expected_route)
+    finally:
+        env.close()
+    agg = metrics.aggregate(rows)
+    out = {k: float(agg[k]) for k in ("sr", "spl", "osr", "ne")}
+    if routed_ok:
+        out["routing_acc"] = float(np.mean(routed_ok))
+    return out
+
+
+def _features(method: Any, samples: list[Sample], limit: int = 64) -> Any:
+    """Routing features of a task: vision features of (up to ``limit``) raw training frames."""
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
+
+    frames = [s.frame for s in samples if s.frame is not None][:limit]
+    pol = AlldayWalkerPolicy(method.bundle, method.agent_cfg)
+    return pol.features(frames)
+
+
+class _Frozen:
+    """The base navigator without any adaptation (the 'before lifelong learning' reference row)."""
+
+    routed = False
+
+    def __init__(self, bundle: Any, agent_cfg: Any) -> None:
+        self.bundle, self.agent_cfg = bundle, agent_cfg
+
+    def policy(self, task: Any) -> Any:
+        from agents.vln.modeling_vln import AlldayWalkerPolicy
+
+        return AlldayWalkerPolicy(self.bundle, self.agent_cfg)
+
+
+def evaluate_base(cfg: LifelongConfig, base_dir: Path, tasks: list[Task], data: dict[int, TaskData]
+                  ) -> dict[str, dict[str, float]]:
+    """SR / SPL / OSR / NE of the un-adapted base navigator on every task's held-out episodes."""
+    from agents.vlm.bundle import load_vlm
+
+    frozen = _Frozen(load_vlm(Path(base_dir) / "vlm"), cfg.base.agent_config())
+    return {t.name: evaluate_task(frozen, cfg, data[t.index]) for t in tasks}
+
+
+def served_parity(method: Any, served_dir: Path, data: dict[int, TaskData], vproc: Any) -> dict[str, Any]:
+    """Check the exported (served) TuKA navigator against the training-side model: same routes on every task's
+    frames, and the same logits on a batch once both are switched to the same experts."""
+    import torch
+
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
+
+    served = AlldayWalkerPolicy.from_pretrained(served_dir)
+    same_route, max_diff = [], 0.0
+    for d in data.values():
+        frames = [s.frame for s in d.samples if s.frame is not None][:4]
+        feats = served.features(frames)
+        route = method.router.route(feats)
+        same_route.append(served.router.route(feats) == route)
+        batch = make_batch(vproc, d.samples[:2])
+        method.activate(*route)
+        served.activator(*route)
+        with torch.no_grad():
+            a = method.model(**batch).logits
+            b = served.model(**batch).logits
+        max_diff = max(max_diff, float((a - b).abs().max()))
+    return {"routes_equal": bool(all(same_route)), "max_logit_diff": max_diff}
+
+
+def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task], unseen: list[Task],
+               data: dict[int, TaskData], progress: bool = False, export_dir: Path | None = None) -> dict[str, Any]:
+    """Train ``name`` through the sequence; returns the metric matrices, final/unseen metrics and forgetting.
+    ``export_dir``: routed methods also write a servable checkpoint there and check it against the live model."""
+    import torch
+
+    from agents.vlm.bundle import load_vlm
+    from agents.vln.processor_vln import VLNProcessor
+
+    t0 = time.time()
+    torch.manual_seed(cfg.base.seed)
+    bundle = load_vlm(Path(base_dir) / "vlm")
+    agent_cfg = cfg.base.agent_config()
+    method = METHODS.get(name)(bundle, agent_cfg, cfg.settings())
+    vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size, agent_cfg)
+    T = len(tasks)
+    mats = {k: np.full((T, T), np.nan) for k in ("sr", "spl", "osr")}
+    routing: list[float] = []
+    for k, task in enumerate(tqdm(tasks, desc=name, disable=not progress)):
+        d = data[task.index]
+        feats = _features(method, d.samples) if method.routed else None
+        if method.routed:
+            method.start_task(task, feats)
+        else:
+            method.start_task(task)
+        trainer = Imitation(method.model, vproc, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.base.seed + k)
+        trainer.run(d.samples, cfg.steps_per_task, penalty=method.penalty, desc=f"{name} {task.name}")
+        rng = np.random.default_rng(k)
+        fisher = [make_batch(vproc, [d.samples[i] for i in rng.choice(len(d.samples), cfg.batch_size)])
+                  for _ in range(cfg.fisher_batches)]
+        method.end_task(task, fisher, feats)
+        for t in tasks[:k + 1] if cfg.full_matrix or k == T - 1 else [task]:
+            exp = method.expert_of(t) if method.routed else None
+            m = evaluate_task(method, cfg, data[t.index], exp)
+            for key in mats:
+                mats[key][k, t.index] = m[key]
+            if k == T - 1 and "routing_acc" in m:
+                routing.append(m["routing_acc"])
+        log.info("%s after %s: SR on seen tasks %s", name, task.name, np.round(mats["sr"][k, :k + 1], 2).tolist())
+    unseen_m = []
+    for u in unseen:
+        exp = method.expert_of(u) if method.routed else None
+        m = evaluate_task(method, cfg, data[u.index], exp)
+        unseen_m.append(m)
+        if "routing_acc" in m:
+            routing.append(m["routing_acc"])
+    final = {key: mats[key][T - 1].tolist() for key in mats}
+    parity = None
+    if export_dir is not None and method.routed:
+        from training.vln.export import export_tuka_navigator
+
+        export_tuka_navigator(method.model, method.router, Path(base_dir) / "vlm", agent_cfg, export_dir)
+        parity = served_parity(method, Path(export_dir), data, vproc)
+    return {
+        "served_parity": parity,
+        "method": name, "matrices": {k: v.tolist() for k, v in mats.items()}, "final": final,
+        "avg": {k: float(np.mean(v)) for k, v in final.items()},
+        "forgetting": {k: forgetting(mats[k]) for k in mats},
+        "unseen": {k: (float(np.mean([m[k] for m in unseen_m])) if unseen_m else None) for k in ("sr", "spl", "osr")},
+        "routing_acc": float(np.mean(routing)) if routing else None,
+        "adapter_params": int(method.adapter_params()), "seconds": round(time.time() - t0, 1),
+    }
+
+
+def forgetting(mat: np.ndarray) -> dict[str, Any]:
+    """Relative (mean over t < T with X[t, t] > 0) and absolute forgetting of a (T x T) matrix."""
+    T = mat.shape[0]
+    rel, ab = [], []
+    for t in range(T - 1):
+        first, last = mat[t, t], mat[T - 1, t]
+        ab.append(first - last)
+        rel.append((first - last) / first if first > 0 else math.nan)
+    valid = [r for r in rel if not math.isnan(r)]
+    return {"relative": float(np.mean(valid)) if valid else None, "absolute": float(np.mean(ab)) if ab else None,
+            "per_task": rel}

@@ -1,0 +1,229 @@
+"""Train the AlldayWalker base navigator: behaviour cloning of the follower, then DAgger rounds; checkpoints,
+resume, evaluation per condition, and a cache keyed by the config hash (``base_navigator``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.vln.modeling_vln import AlldayWalkerPolicy
+from agents.vln.processor_vln import VLNProcessor
+from sim.core.env import NavEnvConfig
+from sim.core.episodes import Episode, GroundTruth
+from sim.nav.env import MujocoNavEnv
+from sim.nav.episode_gen import EpisodeGenConfig, generate_episodes, scene_list
+from training.vln.config import VLNTrainConfig
+from training.vln.data import Sample, collect
+from training.vln.trainer import Imitation
+
+log = logging.getLogger(__name__)
+STATE = "state.json"
+DONE = "DONE"
+
+
+# ------------------------------------------------------------------------------------------------ episodes / envs
+def make_episodes(cfg: VLNTrainConfig, split: str, per_scene: int | None = None, scenes: list[int] | None = None,
+                  progress: bool = False, seed_offset: int = 0) -> tuple[list[Episode], dict[str, GroundTruth]]:
+    """``train``/``eval``/``dagger``/``task`` episodes (disjoint seeds, ``seed_offset`` shifts them further) in the
+    config's houses (or the ``scenes`` subset, by index)."""
+    offsets = {"train": 0, "eval": 7919, "dagger": 15887, "task": 23873}
+    if split not in offsets:
+        raise ValueError(f"split must be one of {sorted(offsets)}, got {split!r}")
+    n = per_scene or {"train": cfg.episodes_per_scene, "eval": cfg.eval_per_scene,
+                      "dagger": cfg.dagger_episodes_per_scene, "task": cfg.eval_per_scene}[split]
+    bad = [i for i in (scenes or []) if not 0 <= i < cfg.n_scenes]
+    if bad:
+        raise ValueError(f"unknown scene index {bad}: the config has {cfg.n_scenes} scenes (0..{cfg.n_scenes - 1})")
+    all_scenes = scene_list(cfg.n_scenes, cfg.scene_seed)
+    chosen = [all_scenes[i] for i in (scenes if scenes is not None else range(cfg.n_scenes))]
+    gen = EpisodeGenConfig(min_distance=cfg.min_distance, max_distance=cfg.max_distance, max_steps=cfg.max_steps,
+                           tries_per_episode=400)
+    eps, gts, _ = generate_episodes(chosen, n, seed=cfg.seed + offsets[split] + seed_offset, cfg=gen, progress=progress)
+    return eps, gts
+
+
+def scene_ids(cfg: VLNTrainConfig) -> list[str]:
+    """Scene id strings in task-index order."""
+    from sim.nav.house import scene_id_for
+
+    return [scene_id_for(style, seed) for style, seed in scene_list(cfg.n_scenes, cfg.scene_seed)]
+
+
+def make_env(cfg: VLNTrainConfig, condition: str, episodes: list[Episode], gts: dict[str, GroundTruth]) -> MujocoNavEnv:
+    env_cfg = NavEnvConfig(width=cfg.image_size, height=cfg.image_size, quality="fast", depth=False,
+                           condition=condition, condition_params=dict(cfg.condition_params.get(condition, {})),
+                           max_steps=cfg.max_steps, success_distance=cfg.success_distance, seed=cfg.seed)
+    return MujocoNavEnv(env_cfg, episodes, gts)
+
+
+def evaluate_policy(policy: Any, cfg: VLNTrainConfig, episodes: list[Episode], gts: dict[str, GroundTruth],
+                    condition: str, progress: bool = False) -> dict[str, float]:
+    """SR / SPL / OSR / NE ... of ``policy`` on ``episodes`` under ``condition``."""
+    from sim.nav.evaluate import evaluate
+
+    env = make_env(cfg, condition, episodes, gts)
+    try:
+        agg, _ = evaluate(env, policy, progress=progress)
+    finally:
+        env.close()
+    return agg
+
+
+# ------------------------------------------------------------------------------------------------ backbone
+def build_backbone(cfg: VLNTrainConfig, out_dir: Path, corpus: list[str]) -> Path:
+    """The VLM directory to start from: ``cfg.vlm_path`` or a tiny random-weight model built into ``out_dir``."""
+    if cfg.vlm_path is not None:
+        return Path(cfg.vlm_path)
+    from agents.vlm.bundle import build_tiny_vlm
+
+    words = ["forward left right stop past: next: none."]
+    return build_tiny_vlm(out_dir, family=cfg.family, image_size=cfg.image_size, overwrite=True,
+                          corpus=words + corpus[:400], seed=cfg.seed, **cfg.tiny)
+
+
+def save_samples(path: Path, samples: list[Sample]) -> None:
+    np.savez_compressed(path, image=np.stack([s.image for s in samples]),
+                        prompt=np.array([s.prompt for s in samples]), target=np.array([s.target for s in samples]),
+                        ids=np.array([[s.scene, s.env] for s in samples], dtype=np.int64))
+
+
+def load_samples(path: Path) -> list[Sample]:
+    d = np.load(path)
+    return [Sample(img, str(p), str(t), int(i[0]), int(i[1]))
+            for img, p, t, i in zip(d["image"], d["prompt"], d["target"], d["ids"])]
+
+
+# ------------------------------------------------------------------------------------------------ training
+def _accelerator() -> Any:
+    import torch
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=not torch.cuda.is_available())
+
+
+def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = False,
+                    progress: bool = True) -> dict[str, Any]:
+    """Behaviour cloning (``steps``) + ``dagger_rounds`` x DAgger (``dagger_steps``); writes ``final/`` (an
+    AlldayWalker checkpoint) and ``metrics.json`` (SR/SPL/OSR per eval condition). Resumable at any checkpoint."""
+    import torch
+
+    from agents.vlm.bundle import load_vlm
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    agent_cfg = cfg.agent_config()
+    state_path = out / STATE
+    if resume and state_path.is_file():
+        try:
+            state = json.loads(state_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"corrupt training state {state_path}: {exc}") from exc
+        if state.get("fingerprint") != cfg.fingerprint():
+            raise ValueError(f"{out} was trained with a different config (fingerprint {state.get('fingerprint')} "
+                             f"vs {cfg.fingerprint()}); use another --out or the same config")
+        log.info("resuming %s at phase %s step %s", out, state["phase"], state["phase_step"])
+    else:
+        if resume:
+            log.warning("--resume: no checkpoint in %s, starting fresh", out)
+        state = {"fingerprint": cfg.fingerprint(), "phase": "bc", "phase_step": 0, "collected": [], "step": 0}
+    train_eps, train_gts = make_episodes(cfg, "train", progress=progress)
+    eval_eps, eval_gts = make_episodes(cfg, "eval")
+    if (out / "model" / "config.json").is_file() and state["step"] + state["phase_step"] > 0 or state["collected"]:
+        bundle = load_vlm(out / "model")
+    else:
+        backbone = build_backbone(cfg, out / "backbone", [e.instruction_text for e in train_eps])
+        bundle = load_vlm(backbone)
+    model = bundle.model
+    for p in model.parameters():
+        p.requires_grad_(True)
+    vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.image_size, agent_cfg)
+    trainer = Imitation(model, vproc, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed + state["step"],
+                        accelerator=_accelerator())
+    if (out / "optim.pt").is_file() and resume:
+        trainer.optimizer.load_state_dict(torch.load(out / "optim.pt", weights_only=True))
+    samples = load_samples(out / "samples.npz") if state["collected"] else []
+
+    def checkpoint() -> None:
+        bundle.model.save_pretrained(str(out / "model"))
+        bundle.processor.save_pretrained(str(out / "model"))
+        torch.save(trainer.optimizer.state_dict(), out / "optim.pt")
+        state_path.write_text(json.dumps(state))
+
+    phases = ["bc"] + [f"dagger{r}" for r in range(cfg.dagger_rounds)]
+    losses: list[float] = []
+    for phase in phases[phases.index(state["phase"]):] if state["phase"] in phases else []:
+        if phase not in state["collected"]:
+            samples += _collect_phase(cfg, phase, bundle, agent_cfg, train_eps, train_gts, progress)
+            save_samples(out / "samples.npz", samples)
+            state["collected"].append(phase)
+            checkpoint()
+        total = cfg.steps if phase == "bc" else cfg.dagger_steps
+        while state["phase_step"] < total:
+            n = min(cfg.checkpoint_every, total - state["phase_step"])
+            losses += trainer.run(samples, n, progress=progress, desc=f"{phase} ({len(samples)} samples)")
+            state["phase_step"] += n
+            checkpoint()
+        state["step"] += state["phase_step"]
+        state["phase"], state["phase_step"] = "eval", 0
+        if phase != phases[-1]:
+            state["phase"] = phases[phases.index(phase) + 1]
+        checkpoint()
+    policy = AlldayWalkerPolicy(bundle, agent_cfg)
+    metrics = {c: evaluate_policy(policy, cfg, eval_eps, eval_gts, c, progress) for c in cfg.eval_conditions}
+    policy.save_pretrained(out / "final")
+    result = {"metrics": metrics, "steps": state["step"], "samples": len(samples), "last_losses": losses[-20:],
+              "fingerprint": cfg.fingerprint(), "config": cfg.to_dict()}
+    (out / "metrics.json").write_text(json.dumps(result, indent=1, default=float))
+    state["phase"] = "done"
+    state_path.write_text(json.dumps(state))
+    return result
+
+
+def _collect_phase(cfg: VLNTrainConfig, phase: str, bundle: Any, agent_cfg: Any, train_eps: list[Episode],
+                   train_gts: dict[str, GroundTruth], progress: bool) -> list[Sample]:
+    out: list[Sample] = []
+    if phase == "bc":
+        for cond in cfg.train_conditions:
+            env = make_env(cfg, cond, train_eps, train_gts)
+            try:
+                out += collect(env, range(len(train_eps)), agent_cfg, cfg.image_size, seed=cfg.seed,
+                               progress=progress)
+            finally:
+                env.close()
+        return out
+    r = int(phase.removeprefix("dagger"))
+    beta = cfg.dagger_beta * (0.5 ** r)
+    eps, gts = make_episodes(cfg, "dagger")
+    policy = AlldayWalkerPolicy(bundle, agent_cfg)
+    for cond in cfg.train_conditions:
+        env = make_env(cfg, cond, eps, gts)
+        try:
+            out += collect(env, range(len(eps)), agent_cfg, cfg.image_size, policy=policy, beta=beta,
+                           seed=cfg.seed + 31 * (r + 1), progress=progress)
+        finally:
+            env.close()
+    return out
+
+
+def base_navigator(cfg: VLNTrainConfig, progress: bool = True) -> tuple[Path, dict[str, Any]]:
+    """The pre-trained base navigator for ``cfg`` from the cache (``cache_dir/base-<hash>``), trained on a miss."""
+    root = Path(cfg.cache_dir) / f"base-{cfg.fingerprint()}"
+    if (root / DONE).is_file() and (root / "final").is_dir():
+        return root / "final", json.loads((root / "metrics.json").read_text())
+    result = train_navigator(cfg, root, resume=True, progress=progress)
+    for junk in ("optim.pt", "samples.npz", "backbone"):
+        p = root / junk
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    (root / DONE).write_text(cfg.fingerprint())
+    return root / "final", result
