@@ -1,11 +1,14 @@
 """FedPTE on real Flower 1.42: the ServerApp/ClientApp in Ray simulation (2 clients, 2 rounds) improve the global
-model; message codecs round-trip; the plain loop runs every method."""
+model; message codecs round-trip; the plain loop runs every method; ``allday fed run`` runs a FedPTE config (plain;
+deployment with a SuperLink + 2 SuperNodes in the slow test) and rejects bad configs clearly."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,3 +93,93 @@ def test_flower_simulation_improves_the_global_model(monkeypatch):
     assert central[2]["accuracy"] > central[0]["accuracy"] + 0.2
     assert sorted(res.evaluate_metrics_clientapp) == [1, 2]  # both clients evaluated their own domain
     assert len(strategy.history) == 2 and set(strategy.history[-1]) == set(range(10))  # prototypes evolved
+
+
+# ---- `allday fed run` with a FedPTE config --------------------------------------------------------------------
+QUICK = Path(__file__).resolve().parents[2] / "configs" / "fed" / "fedpte_quick.yaml"
+
+
+def _last_json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_cli_plain_run_of_the_quick_config_prints_a_json_summary(capsys):
+    from training.cli import main
+
+    assert main(["fed", "run", "--config", str(QUICK), "--plain", "--quiet"]) == 0
+    out = _last_json(capsys)
+    assert (out["method"], out["runtime"], out["dataset"], out["clients"]) == ("fedpte", "plain", "digits", 2)
+    assert out["rounds_done"] == 3 and len(out["accuracy"]) == 3
+    assert set(out["domain_accuracy"]) == {"mnist", "usps"} and out["final_accuracy"] == out["accuracy"][-1]
+    assert out["final_accuracy"] > 0.5 and set(out["prototypes"]) == {str(c) for c in range(10)}
+    # --method / --rounds / dotted --set override the file; fedavg keeps no prototypes
+    assert main(["fed", "run", "--config", str(QUICK), "--plain", "--quiet", "--method", "fedavg", "--rounds", "1",
+                 "--set", "client.local_epochs=1"]) == 0
+    out = _last_json(capsys)
+    assert (out["method"], out["rounds_done"], out["prototypes"]) == ("fedavg", 1, {})
+
+
+def test_family_selection_and_spec_round_trip(tmp_path):
+    import yaml
+
+    from training.federated.fedpte.runner import FEDPTE, load_spec
+    from training.federated.flower.runtimes import PLORA, family_for, select_family
+
+    assert select_family(QUICK, []) is FEDPTE and select_family(QUICK, ["method=fedproto"]) is FEDPTE
+    assert select_family(QUICK.with_name("quick.yaml"), []) is PLORA and select_family(None, []) is PLORA
+    assert {family_for(m).name for m in ("fedpte", "fedproto", "fedavg")} == {"fedpte"}
+    spec = load_spec(QUICK, ["dataset.n_train=40", "client.lr=0.01", "rounds=1"])
+    assert (spec.dataset["n_train"], spec.run.client.lr, spec.run.rounds) == (40, 0.01, 1)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(spec.to_dict()))
+    assert load_spec(p) == spec
+
+
+@pytest.mark.parametrize("text, extra, message", [
+    ("method: fedsgd\ndataset: {name: digits}\n", [], "unknown federated method 'fedsgd'; known: fedavg, fedit"),
+    ("method: fedpte\nrounds: 2\n", [], "needs a 'dataset:' section"),
+    ("method: fedpte\ndataset: {n_train: 10}\n", [], "needs a 'dataset:' section with a 'name'"),
+    ("method: fedpte\ndataset: {name: cifar}\n", [], "unknown dataset 'cifar'; known: digits, sim_views"),
+    ("method: fedpte\nlayers: 3\ndataset: {name: digits}\n", [], "unknown FedPTE config keys ['layers']"),
+    ("method: fedpte\ndataset: {name: digits}\n", ["--set", "client.lr=-1"], "lr must be in"),
+    ("method: fedpte\ndataset: {name: digits}\n", ["--set", "client.rate=1"], "unexpected keyword argument 'rate'"),
+    ("method: fedpte\ndataset: {name: digits}\n", ["--set", "model.width=1"], "only the sections"),
+])
+def test_cli_rejects_bad_fedpte_configs_with_a_clear_error(tmp_path, capsys, text, extra, message):
+    from training.cli import main
+
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    assert main(["fed", "run", "--config", str(p), "--plain", "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("allday fed: error:") and message in err, err
+
+
+@pytest.mark.slow  # ~1-2 min on 2 shared cores: every message starts a fresh ClientApp process (torch import)
+def test_cli_deployment_fedpte_superlink_two_supernodes_completes_a_round(capsys):
+    pytest.importorskip("flwr")
+    from training.cli import main
+
+    work = Path(tempfile.mkdtemp(prefix="fpd", dir="/tmp"))  # short: Flower's socket paths
+    try:
+        rc = main(["fed", "run", "--config", str(QUICK), "--deployment", "--rounds", "1", "--quiet",
+                   "--workdir", str(work), "--set", "dataset.n_train=80", "--set", "dataset.n_test=40"])
+        out = _last_json(capsys)
+        logs = {p.name for p in work.glob("*.log")}
+        leftovers = [d for d in Path("/proc").glob("[0-9]*")
+                     if _environ_has(d, f"FLWR_HOME={work / 'flwr'}".encode())]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert rc == 0, out
+    assert logs == {"superlink.log", "supernode0.log", "supernode1.log"}  # a real SuperLink + 2 SuperNodes
+    assert (out["method"], out["runtime"], out["rounds_done"], out["clients"]) == ("fedpte", "deployment", 1, 2)
+    assert set(out["domain_accuracy"]) == {"mnist", "usps"} and 0.0 <= out["final_accuracy"] <= 1.0
+    assert set(out["prototypes"]) == {str(c) for c in range(10)}  # the ServerApp evolved prototypes from 2 nodes
+    assert leftovers == []  # SuperLink, SuperNodes and Flower's detached children were terminated
+
+
+def _environ_has(proc_dir: Path, entry: bytes) -> bool:
+    try:
+        return entry in (proc_dir / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return False

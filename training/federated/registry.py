@@ -5,7 +5,12 @@ Entry format: ``FED_METHODS.register("<name>")("<module>:<attr>")`` where ``<mod
 object with the ``FedMethod`` interface (``training.federated.methods.base``). Strings keep this module import-free;
 ``make_method`` resolves them lazily. Adding a method = one module (or folder) + one line here, e.g.::
 
-    FED_METHODS.register("fedpte")("training.federated.fedpte:FedPTE")
+    FED_METHODS.register("mylora")("training.federated.methods.mylora:MyLoRA")
+
+``FED_FAMILIES`` maps a method *family* to its runner (``"<module>:<attr>"`` naming a
+``training.federated.flower.runtimes.FedFamily`` instance): the family owns a set of method names, its YAML config
+format and the plain / simulation / deployment runtimes. ``allday fed run`` and the Flower app pick the family whose
+``methods()`` contain the config's ``method`` (``runtimes.family_for``). Adding a family = one runner + one line.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ FED_METHODS.register("fedit")("training.federated.methods.fedit:FedIT")
 FED_METHODS.register("hetlora")("training.federated.methods.hetlora:HetLoRA")
 FED_METHODS.register("flora")("training.federated.methods.flora:FLoRA")
 FED_METHODS.register("flexlora")("training.federated.methods.flexlora:FlexLoRA")
+
+FED_FAMILIES: Registry[str] = Registry("federated method family")
+FED_FAMILIES.register("plora")("training.federated.flower.runtimes:PLORA")  # FED_METHODS, FedConfig YAML
+FED_FAMILIES.register("fedpte")("training.federated.fedpte.runner:FEDPTE")  # fedpte | fedproto | fedavg
 
 
 def resolve(entry: Any) -> Any:

@@ -7,6 +7,8 @@ the same functions the in-process loop runs.
 The module-level ``server_app`` / ``client_app`` read the run config key ``fedpte`` (a JSON string
 ``{"run": {FedRunConfig fields}, "dataset": {"name": ..., **kwargs}}``); tests build apps with
 :func:`make_server_app` / :func:`make_client_app`. Each SuperNode's ``partition-id`` selects its domain.
+``allday fed run`` builds these apps from a YAML config instead (:mod:`training.federated.fedpte.runner`, through the
+dispatching app of ``configs/fed/app``); the server then writes its history to ``results_path``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -161,11 +164,37 @@ def make_strategy(cfg: FedRunConfig, **fedavg_kwargs):
 
 
 # ---- apps -----------------------------------------------------------------------------------------
+def domain_metrics(model, domains) -> dict[str, float]:
+    """Mean test accuracy/loss of ``model`` over ``domains`` plus ``accuracy_<domain>`` per domain."""
+    from training.federated.fedpte.client import evaluate
+
+    scores = {d.name: evaluate(model, d.x_test, d.y_test) for d in domains}
+    out = {"accuracy": float(np.mean([s["accuracy"] for s in scores.values()])),
+           "loss": float(np.mean([s["loss"] for s in scores.values()]))}
+    out.update({f"accuracy_{n}": float(s["accuracy"]) for n, s in scores.items()})
+    return out
+
+
+def history_from_result(res, strategy, domain_names: Iterable[str]) -> list[dict[str, Any]]:
+    """Per-round rows shaped like :func:`~training.federated.fedpte.loop.run_federated`'s (central evaluation of
+    rounds >= 1: accuracy per domain, their mean, and the prototypes per class after that round)."""
+    rows = []
+    for rnd, m in sorted(res.evaluate_metrics_serverapp.items()):
+        if rnd < 1:
+            continue
+        protos = strategy.history[rnd - 1] if len(strategy.history) >= rnd else {}
+        rows.append({"round": int(rnd), "accuracy": {n: float(m[f"accuracy_{n}"]) for n in domain_names},
+                     "mean_accuracy": float(m["accuracy"]), "prototypes": {int(k): int(v) for k, v in protos.items()}})
+    return rows
+
+
 def make_server_app(run: FedRunConfig | None = None, dataset: Mapping[str, Any] | None = None,
-                    results: list | None = None, central_eval: bool = True):
-    """ServerApp: FedPTEStrategy over all nodes for ``run.rounds`` rounds. With ``central_eval`` the server also
-    scores the global model on every domain's test set (round 0 = the initial model). Appends the Flower
-    ``Result`` (and the strategy) to ``results`` when given."""
+                    results: list | None = None, central_eval: bool = True, *, min_nodes: int = 1,
+                    timeout: float = 3600.0, results_path: str | None = None):
+    """ServerApp: FedPTEStrategy over all nodes for ``run.rounds`` rounds, once at least ``min_nodes`` are
+    connected (``timeout``: seconds to wait for replies each round). With ``central_eval`` the server also scores the
+    global model on every domain's test set (round 0 = the initial model). Appends the Flower ``Result`` (and the
+    strategy) to ``results`` when given; writes the per-round history as JSON to ``results_path`` when given."""
     from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
     from flwr.serverapp import ServerApp
 
@@ -174,24 +203,24 @@ def make_server_app(run: FedRunConfig | None = None, dataset: Mapping[str, Any] 
     @app.main()
     def main(grid, context) -> None:
         cfg, ds = parse_run_config(context.run_config, run, dataset)
-        n_nodes = len(list(grid.get_node_ids())) or 1
-        model = build_model(cfg, len(_domains(json.dumps(ds, sort_keys=True))[0].classes))
+        doms = _domains(json.dumps(ds, sort_keys=True))
+        n_nodes = max(min_nodes, len(list(grid.get_node_ids())), 1)
+        model = build_model(cfg, len(doms[0].classes))
         strategy = make_strategy(cfg, min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=n_nodes)
 
         def evaluate_fn(rnd: int, arrays) -> MetricRecord:
-            from training.federated.fedpte.client import evaluate
-
             model.load_state_dict(arrays.to_torch_state_dict())
-            doms = _domains(json.dumps(ds, sort_keys=True))
-            scores = [evaluate(model, d.x_test, d.y_test) for d in doms]
-            return MetricRecord({"accuracy": float(np.mean([s["accuracy"] for s in scores])),
-                                 "loss": float(np.mean([s["loss"] for s in scores]))})
+            return MetricRecord(domain_metrics(model, doms))
 
         res = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=cfg.rounds,
-                             train_config=ConfigRecord({"method": cfg.method}),
-                             evaluate_fn=evaluate_fn if central_eval else None)
+                             timeout=timeout, train_config=ConfigRecord({"method": cfg.method}),
+                             evaluate_fn=evaluate_fn if central_eval or results_path else None)
         if results is not None:
             results.append((res, strategy))
+        if results_path:
+            rows = history_from_result(res, strategy, [d.name for d in doms])
+            Path(results_path).write_text(json.dumps({"method": cfg.method, "history": rows}))
+            log.info("wrote %d rounds of history to %s", len(rows), results_path)
 
     return app
 

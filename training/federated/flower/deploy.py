@@ -55,13 +55,23 @@ def toml_str(value: str) -> str:
 
 
 class LocalFleet:
-    """SuperLink + ``len(budgets)`` SuperNodes on localhost; use as a context manager."""
+    """SuperLink + SuperNodes on localhost; use as a context manager.
 
-    def __init__(self, workdir: str | Path, budgets: list[int], *, startup_timeout: float = 60.0) -> None:
-        if not budgets:
-            raise ValueError("budgets must list one rank budget per SuperNode")
+    One SuperNode per entry of ``budgets`` (node config ``partition-id=i num-partitions=n rank-budget=b``), or, for
+    methods without rank budgets, ``nodes`` SuperNodes with ``partition-id=i num-partitions=n`` only.
+    """
+
+    def __init__(self, workdir: str | Path, budgets: list[int] | None = None, *, nodes: int | None = None,
+                 startup_timeout: float = 60.0) -> None:
+        if (budgets is None) == (nodes is None):
+            raise ValueError("give either budgets (one rank budget per SuperNode) or nodes (a count), not both")
+        n = len(budgets) if budgets is not None else int(nodes or 0)
+        if n < 1:
+            raise ValueError("a fleet needs at least one SuperNode")
+        extra = [f" rank-budget={b}" for b in budgets] if budgets is not None else [""] * n
+        self.node_configs = [f"partition-id={i} num-partitions={n}{e}" for i, e in enumerate(extra)]
         self.workdir = Path(workdir).resolve()
-        self.budgets = list(budgets)
+        self.budgets = list(budgets or [])
         self.startup_timeout = startup_timeout
         # Flower spawns flower-superexec & co. by name: put this interpreter's bin folder first on PATH
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -91,12 +101,10 @@ class LocalFleet:
             "--port", str(self.port), "--database", str(self.workdir / "superlink.db"),
         ])
         wait_port(self.port, self.startup_timeout, link)
-        n = len(self.budgets)
-        for i, b in enumerate(self.budgets):
-            node_port = free_port()
+        for i, node_config in enumerate(self.node_configs):
             self._spawn(f"supernode{i}", [
                 _bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                "--node-config", f"partition-id={i} num-partitions={n} rank-budget={b}", "--port", str(node_port),
+                "--node-config", node_config, "--port", str(free_port()),
             ])
         return self
 
@@ -178,3 +186,19 @@ def run_on_connection(connection: str, config_path: str | Path, workdir: str | P
     cmd = [_bin("flwr"), "run", str(app_dir), connection, "--stream", "--run-config", rc]
     log.info("running: %s", shlex.join(cmd))
     return subprocess.run(cmd, cwd=Path(workdir), capture_output=True, text=True, timeout=timeout)
+
+
+def deploy(config_path: str | Path, workdir: str | Path, *, budgets: list[int] | None = None,
+           nodes: int | None = None, connection: str | None = None,
+           timeout: float = 86400.0) -> subprocess.CompletedProcess:
+    """Run the app on ``config_path`` (a resolved YAML that the ServerApp and every node read): on an existing
+    federation if ``connection`` is given, else on a ``LocalFleet`` (``budgets`` or ``nodes``). Raises ``ValueError``
+    with the tail of Flower's output when ``flwr run`` fails."""
+    if connection:
+        proc = run_on_connection(connection, config_path, workdir, timeout=timeout)
+    else:
+        with LocalFleet(workdir, budgets, nodes=nodes) as fleet:
+            proc = fleet.run_app(config_path, [], timeout=timeout)
+    if proc.returncode != 0:
+        raise ValueError(f"flwr run failed ({proc.returncode}): {proc.stderr[-2000:] or proc.stdout[-2000:]}")
+    return proc
