@@ -39,6 +39,10 @@ METHODS: dict[str, dict] = {
     "stamp": {"method": "stamp", "stamp_k": 4, "stamp_levels": 3},
     "stamp+hadamard": {"method": "stamp", "stamp_k": 4, "stamp_levels": 3, "hadamard": True},
     "serq": {"method": "serq"},
+    "rtn+gptq": {"method": "rtn", "weight_quantizer": "gptq"},
+    "stamp+hadamard+gptq": {"method": "stamp", "stamp_k": 4, "stamp_levels": 3, "hadamard": True,
+                            "weight_quantizer": "gptq"},
+    "serq+gptq": {"method": "serq", "weight_quantizer": "gptq"},
 }
 SETTINGS: dict[str, tuple[int, int]] = {"W4A8": (4, 8), "W4A4": (4, 4)}
 QUICK_METHODS = ["rtn", "stamp", "serq"]

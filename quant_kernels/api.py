@@ -33,6 +33,7 @@ __all__ = ["QuantConfig", "load_quantized", "quantize_", "quantized_layers", "sa
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "quantized.safetensors"
 CONFIG_FILE = "quant_config.json"
+WEIGHT_QUANTIZERS = ("rtn", "gptq")
 
 
 def _check_bits(name: str, v: Any) -> None:
@@ -63,6 +64,8 @@ class QuantConfig:
       ``lowrank_rank``: l2qer rank (None = SERQ's parameter budget).
     - ``stamp_*``: sequence transform (dwt, dwt2d, dct, wht), Haar levels, high-precision tokens ``k`` and
       their bits, image grid ``(H, W)`` for dwt2d, padding; ``seq_len`` (optional) lets ``k`` be checked here.
+    - ``weight_quantizer``: ``rtn`` (round to nearest) or ``gptq`` (Hessian-aware, needs calibration inputs;
+      runs after the method's input transform, so it stacks with every method); ``gptq_damp``: relative damping.
     """
 
     method: str = "rtn"
@@ -89,6 +92,8 @@ class QuantConfig:
     serq_rank: int | None = None
     serq_alpha: float = 0.5
     lowrank_rank: int | None = None
+    weight_quantizer: str = "rtn"
+    gptq_damp: float = 0.01
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -109,6 +114,10 @@ class QuantConfig:
         for name in ("smoothquant_alpha", "serq_alpha"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.weight_quantizer not in WEIGHT_QUANTIZERS:
+            raise ValueError(f"weight_quantizer must be one of {WEIGHT_QUANTIZERS}, got {self.weight_quantizer!r}")
+        if not 0.0 <= self.gptq_damp < 1.0:
+            raise ValueError(f"gptq_damp must be in [0, 1), got {self.gptq_damp}")
         if self.stamp_transform not in SEQUENCE_TRANSFORMS:
             raise ValueError(f"stamp_transform must be one of {SEQUENCE_TRANSFORMS}, got {self.stamp_transform!r}")
         if isinstance(self.stamp_levels, bool) or not isinstance(self.stamp_levels, int) or self.stamp_levels < 0:
@@ -192,7 +201,9 @@ def quantize_(model: nn.Module, config: QuantConfig, calib_inputs: Iterable[Any]
     method = METHODS.get(config.method)
     batches = list(calib_inputs) if calib_inputs is not None else []
     if batches:
-        cal = calibrate(model, targets, batches)
+        cal = calibrate(model, targets, batches, hessian=config.weight_quantizer == "gptq")
+    elif config.weight_quantizer == "gptq":
+        raise ValueError("weight_quantizer='gptq' needs calib_inputs (the input Hessian of every layer)")
     elif method.wants_input_transform or config.method in ("l2qer",):
         raise ValueError(f"method {config.method!r} needs calib_inputs (activation statistics)")
     else:
@@ -233,6 +244,9 @@ def quantize_(model: nn.Module, config: QuantConfig, calib_inputs: Iterable[Any]
                 folder.close()
     for name, lin in targets.items():
         q = method.convert(lin, stats_of(name), config, transforms[name])
+        q.release_calibration()
+        if cal is not None:
+            cal.stats[name].hessian = None  # free [in, in] per layer as soon as it is used
         _set_module(model, name, q)
     n_folded = sum(t.scale_folded or t.perm_folded for t in transforms.values())
     log.info("quantized %d linear layers with %s W%dA%d (%d with folded input transforms)",

@@ -35,7 +35,8 @@ class CalibrationResult:
 
 
 class _Acc:
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, hessian: bool = False) -> None:
+        self.hessian = torch.zeros(n, n, dtype=torch.float64) if hessian else None
         self.amax = torch.zeros(n)
         self.abssum = torch.zeros(n, dtype=torch.float64)
         self.tokens = 0
@@ -44,13 +45,15 @@ class _Acc:
 
 
 @torch.no_grad()
-def calibrate(model: nn.Module, targets: dict[str, nn.Linear], calib_inputs: Iterable[Any]) -> CalibrationResult:
-    """Run ``calib_inputs`` through ``model`` (eval mode) recording input statistics of ``targets``.
+def calibrate(model: nn.Module, targets: dict[str, nn.Linear], calib_inputs: Iterable[Any],
+              hessian: bool = False) -> CalibrationResult:
+    """Run ``calib_inputs`` through ``model`` (eval mode) recording input statistics of ``targets`` (and, with
+    ``hessian``, each input's ``X^T X`` in float64 for GPTQ).
 
     Producers are found by tensor identity: a module's input "comes from" the innermost module that returned that
     exact tensor during the same forward; inconsistent answers across batches give ``None``.
     """
-    accs = {name: _Acc(m.in_features) for name, m in targets.items()}
+    accs = {name: _Acc(m.in_features, hessian) for name, m in targets.items()}
     produced: dict[int, tuple[str, torch.Tensor]] = {}
     seen: dict[str, set[str | None]] = {}
     handles = []
@@ -67,6 +70,9 @@ def calibrate(model: nn.Module, targets: dict[str, nn.Linear], calib_inputs: Ite
                 xf = x.detach().float().reshape(-1, x.shape[-1])
                 a.amax = torch.maximum(a.amax, xf.abs().amax(0).cpu())
                 a.abssum += xf.abs().sum(0).double().cpu()
+                if a.hessian is not None:
+                    xd = xf.double().cpu()
+                    a.hessian += xd.T @ xd
                 a.tokens += xf.shape[0]
                 a.min_tokens = min(a.min_tokens, x.shape[-2] if x.dim() >= 2 else 1)
                 a.min_ndim = min(a.min_ndim, x.dim())
@@ -104,7 +110,7 @@ def calibrate(model: nn.Module, targets: dict[str, nn.Linear], calib_inputs: Ite
     if missing:
         raise ValueError(f"calibration never reached these target layers: {missing[:5]}")
     stats = {
-        n: LayerStats(a.amax, (a.abssum / a.tokens).float(), a.tokens, a.min_tokens, a.min_ndim)
+        n: LayerStats(a.amax, (a.abssum / a.tokens).float(), a.tokens, a.min_tokens, a.min_ndim, a.hessian)
         for n, a in accs.items()
     }
     producer_of = {n: next(iter(s)) if len(s) == 1 else None for n, s in seen.items()}

@@ -121,11 +121,27 @@ class QuantLinear(nn.Module):
         return weight_spec(self.meta.wbits, self.meta.w_symmetric, None, 1.0)
 
     # --- setting weights -----------------------------------------------------------------------------------------
+    def use_gptq(self, hessian: torch.Tensor, damp: float = 0.01) -> None:
+        """Quantize later ``set_weight`` calls with GPTQ on ``hessian`` (of the transformed input); conversion-time
+        state only (not saved): :meth:`release_calibration` drops it."""
+        self._gptq = (hessian, float(damp))
+
+    def release_calibration(self) -> None:
+        """Forget conversion-time state (the GPTQ Hessian); the stored codes are unchanged."""
+        self._gptq = None
+
     def set_weight(self, w: torch.Tensor) -> None:
-        """Quantize and store the (already transformed) float weight ``[out, in]``."""
+        """Quantize (round to nearest, or GPTQ after :meth:`use_gptq`) and store the transformed ``[out, in]``."""
         w = w.detach().float()
         if self.wspec is None:
             self.weight.copy_(w)
+            return
+        gptq = getattr(self, "_gptq", None)
+        if gptq is not None:
+            codes, scale, zero = ref.gptq_quantize(w.cpu(), gptq[0], self.wspec, gptq[1])
+            self.qweight.copy_(codes.to(self.qweight.dtype))
+            self.w_scale.copy_(scale.reshape(self.w_scale.shape))
+            self.w_zero.copy_(zero.reshape(self.w_zero.shape))
             return
         scale, zero = ref.compute_qparams(w, self.wspec)
         self.qweight.copy_(ref.quantize(w, scale, zero, self.wspec).to(self.qweight.dtype))

@@ -55,6 +55,7 @@ __all__ = [
     "dct_matrix",
     "dequantize",
     "fake_quant",
+    "gptq_quantize",
     "haar_dwt",
     "haar_dwt2d",
     "haar_idwt",
@@ -75,6 +76,7 @@ __all__ = [
     "stamp_fake_quant",
     "stamp_quantize",
     "stamp_token_bits",
+    "transform_hessian",
     "unpack_int4",
     "walsh_hadamard",
 ]
@@ -309,3 +311,7 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`pack_int4` (returns int32 codes 0..15)."""
     p = packed.to(torch.int32)
     return torch.stack((p & 15, (p >> 4) & 15), dim=-1).reshape(*p.shape[:-1], p.shape[-1] * 2)
+
+
+# GPTQ lives in its own module (it builds on the quantizers above); re-exported so the math has one entry point
+from quant_kernels.gptq import gptq_quantize, transform_hessian  # noqa: E402

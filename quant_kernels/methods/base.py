@@ -27,14 +27,16 @@ class LayerStats:
     n_tokens: int
     min_tokens: int
     min_ndim: int = 3
+    hessian: torch.Tensor | None = None  # X^T X [in, in] (float64), only when GPTQ weights are asked for
 
     @staticmethod
     def merge(stats: list[LayerStats]) -> LayerStats:
         """Statistics of layers that read the same input (q/k/v): channel-wise max of ``amax``."""
         amax = torch.stack([s.amax for s in stats]).amax(0)
         absmean = torch.stack([s.absmean for s in stats]).amax(0)
+        hessian = next((s.hessian for s in stats if s.hessian is not None), None)  # same input: same X^T X
         return LayerStats(amax, absmean, min(s.n_tokens for s in stats), min(s.min_tokens for s in stats),
-                          min(s.min_ndim for s in stats))
+                          min(s.min_ndim for s in stats), hessian)
 
 
 @dataclass
@@ -63,7 +65,7 @@ class Method:
 
     def convert(self, linear: nn.Linear, stats: LayerStats, cfg: QuantConfig, tf: InputTransform) -> QuantLinear:
         """Build the ``QuantLinear`` for ``linear`` (default: plain RTN weights and activations)."""
-        return build_quant_linear(linear, cfg, tf, self.name)
+        return build_quant_linear(linear, cfg, tf, self.name, hessian=stats.hessian)
 
 
 METHODS: Registry[Method] = Registry("quantization method")
@@ -85,10 +87,13 @@ def build_quant_linear(
     res_rank: int = 0,
     lowrank_rank: int = 0,
     weight: torch.Tensor | None = None,
+    hessian: torch.Tensor | None = None,
 ) -> QuantLinear:
     """A ``QuantLinear`` with weight ``W[:, perm] * scale[perm] @ rotation`` quantized (unless ``weight`` given).
 
-    Residual/low-rank buffers are created (zeros) for the caller to fill.
+    Residual/low-rank buffers are created (zeros) for the caller to fill. With ``cfg.weight_quantizer == "gptq"``
+    and the calibration ``hessian`` (``X^T X`` of the original input), every ``set_weight`` of the layer runs GPTQ
+    on the Hessian of the transformed input instead of round-to-nearest.
     """
     meta = LayerMeta(
         in_features=linear.in_features,
@@ -110,6 +115,10 @@ def build_quant_linear(
         lowrank_rank=lowrank_rank,
     )
     q = QuantLinear(meta).to(linear.weight.device)
+    if cfg.weight_quantizer == "gptq":
+        if hessian is None:
+            raise ValueError("weight_quantizer='gptq' needs calibration inputs (the layer's input Hessian)")
+        q.use_gptq(ref.transform_hessian(hessian, tf.scale, tf.perm, rotation), cfg.gptq_damp)
     if weight is None:
         weight = transformed_weight(linear.weight, tf, rotation)
     q.set_weight(weight)

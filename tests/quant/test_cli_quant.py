@@ -45,9 +45,10 @@ def test_quantize_torch_module_and_errors(tmp_path, capsys) -> None:
     path = tmp_path / "mlp.pt"
     torch.save(make_mlp(), path)
     out = tmp_path / "q"
-    assert main(["quantize", "--method", "stamp", "--stamp-k", "8", "--input-shape", "2,32,64", str(path),
-                 str(out)]) == 0
+    assert main(["quantize", "--method", "stamp", "--stamp-k", "8", "--input-shape", "2,32,64",
+                 "--weight-quantizer", "gptq", str(path), str(out)]) == 0
     assert _last_json(capsys)["layers"] == 3
+    assert json.loads((out / "quant_config.json").read_text())["config"]["weight_quantizer"] == "gptq"
     from training.commands.quantize import load_cli_quantized
 
     model, src = load_cli_quantized(out)

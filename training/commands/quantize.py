@@ -88,6 +88,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     cfg = QuantConfig(method=args.method, wbits=args.wbits, abits=args.abits, group_size=args.group_size,
                       hadamard=args.hadamard, stamp_k=args.stamp_k, stamp_transform=args.stamp_transform,
                       serq_rank=args.serq_rank, serq_alpha=args.serq_alpha, smoothquant_alpha=args.alpha,
+                      weight_quantizer=args.weight_quantizer,
                       include=tuple(args.include), exclude=tuple(args.exclude), fold=not args.no_fold)
     model, src = _load_model(args.model)
     calib = _calib_inputs(model, src, args)
@@ -169,6 +170,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--serq-rank", type=int, default=None, help="SERQ salient rank (default scaled to the layer)")
     p.add_argument("--alpha", type=float, default=0.5, help="SmoothQuant migration strength (default 0.5)")
     p.add_argument("--serq-alpha", type=float, default=0.5, help="SERQ flattening strength (1 = full; default 0.5)")
+    p.add_argument("--weight-quantizer", choices=["rtn", "gptq"], default="rtn",
+                   help="weight rounding: rtn (nearest) or gptq (Hessian-aware, uses the calibration inputs)")
     p.add_argument("--include", action="append", default=[], metavar="GLOB", help="only these modules (repeat)")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip these modules (repeat)")
     p.add_argument("--no-fold", action="store_true", help="never fold scales/permutations into previous ops")

@@ -38,7 +38,7 @@ class L2QER(Method):
 
     def convert(self, linear: nn.Linear, stats: LayerStats, cfg: QuantConfig, tf: InputTransform) -> QuantLinear:
         k = lowrank_rank(linear, cfg)
-        q = build_quant_linear(linear, cfg, tf, self.name, lowrank_rank=k)
+        q = build_quant_linear(linear, cfg, tf, self.name, lowrank_rank=k, hessian=stats.hessian)
         err = linear.weight.detach().float() - q.dequantized_weight()
         s = stats.absmean.float().clamp_min(1e-6)
         u, sv, vh = torch.linalg.svd((err * s).double(), full_matrices=False)

@@ -19,7 +19,8 @@ class QuaRot(Method):
     name = "quarot"
 
     def convert(self, linear: nn.Linear, stats: LayerStats, cfg: QuantConfig, tf: InputTransform) -> QuantLinear:
-        return build_quant_linear(linear, cfg, tf, self.name, rotation=rotation_for(linear.in_features, cfg))
+        rotation = rotation_for(linear.in_features, cfg)
+        return build_quant_linear(linear, cfg, tf, self.name, rotation=rotation, hessian=stats.hessian)
 
 
 METHODS.register("quarot")(QuaRot())

@@ -27,7 +27,7 @@ class SmoothQuant(Method):
 
     def convert(self, linear: nn.Linear, stats: LayerStats, cfg: QuantConfig, tf: InputTransform) -> QuantLinear:
         rot = rotation_for(linear.in_features, cfg) if cfg.hadamard else None
-        return build_quant_linear(linear, cfg, tf, self.name, rotation=rot)
+        return build_quant_linear(linear, cfg, tf, self.name, rotation=rot, hessian=stats.hessian)
 
 
 METHODS.register("smoothquant")(SmoothQuant())

@@ -31,7 +31,7 @@ class STaMP(Method):
         if stats.n_tokens and stats.min_ndim < 3:
             # inputs without a token axis ([batch, features], e.g. a pooler): nothing to transform along
             log.info("stamp: layer input has no token axis; per-token RTN activations for this layer")
-            return build_quant_linear(linear, cfg, tf, self.name, rotation=rot)
+            return build_quant_linear(linear, cfg, tf, self.name, rotation=rot, hessian=stats.hessian)
         stamp = {
             "transform": cfg.stamp_transform,
             "levels": cfg.stamp_levels,
@@ -40,7 +40,7 @@ class STaMP(Method):
             "grid_hw": cfg.stamp_grid,
             "pad": cfg.stamp_pad,
         }
-        return build_quant_linear(linear, cfg, tf, self.name, rotation=rot, stamp=stamp)
+        return build_quant_linear(linear, cfg, tf, self.name, rotation=rot, stamp=stamp, hessian=stats.hessian)
 
 
 METHODS.register("stamp")(STaMP())
