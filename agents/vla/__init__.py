@@ -21,6 +21,7 @@ from agents.vla.action_language import (
 from agents.vla.checkpoint import load_policy, policy_from_params, save_policy
 from agents.vla.codecs import CODECS, ActionCodec, codec_from_dict, make_codec, rare_tokens
 from agents.vla.config import VLAPolicyConfig
+from agents.vla.constrained import Constrainer, GrammarConstraint
 from agents.vla.policy import VLAAction, VLAGenerationError, VLAPolicy, VLAStats
 from agents.vla.verifiers import VLMPromptVerifier
 
@@ -29,6 +30,8 @@ __all__ = [
     "GRAMMAR_VERSION",
     "ActionCodec",
     "ChunkLimits",
+    "Constrainer",
+    "GrammarConstraint",
     "MalformedActionError",
     "VLAAction",
     "VLAGenerationError",

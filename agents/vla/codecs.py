@@ -111,6 +111,10 @@ class ActionTokenCodec:
         return out
 
     def decode(self, text: str, token_ids: Sequence[int]) -> np.ndarray:
+        return parse_chunk(self.to_text(token_ids), self.limits)
+
+    def to_text(self, token_ids: Sequence[int]) -> str:
+        """The chunk text of generated ``token_ids`` (digit tokens read as digits, the rest decoded)."""
         parts: list[str] = []
         plain: list[int] = []
         for t in token_ids:
@@ -123,7 +127,7 @@ class ActionTokenCodec:
                 plain.append(int(t))
         if plain:
             parts.append(self.tokenizer.decode(plain))
-        return parse_chunk("".join(parts), self.limits)
+        return "".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "hierarchical": self.hierarchical, "digit_ids": self.digit_ids}

@@ -22,6 +22,10 @@ class VLAPolicyConfig:
     - execution: each chunk element is split into steps of at most ``max_step_m`` per axis; an element that
       changes the gripper lasts at least ``gripper_steps`` steps; ``workspace_lo/hi`` (metres, base frame) bound
       the end-effector target when the observation has ``ee_pos``;
+    - ``constrained``: grammar-constrained decoding (:mod:`agents.vla.constrained`): every generation step only
+      allows tokens that keep the text a valid prefix of the level's grammar, so the language codecs always
+      produce parseable subtasks / motion plans / chunks. Default False (the paper's protocol: free generation,
+      resampled when malformed); not available for the flat ``binned`` codec;
     - ``verifier``: a :data:`~agents.core.verifier.VERIFIERS` name; ``max_subtask_retries``: retries of one
       subtask before advancing anyway.
     """
@@ -37,6 +41,7 @@ class VLAPolicyConfig:
     temperature_actions: float = 0.5
     top_p: float = 0.95
     max_tries: int = 4
+    constrained: bool = False
     max_new_tokens_subtasks: int = 64
     max_new_tokens_motion: int = 24
     max_new_tokens_actions: int = 192
@@ -61,6 +66,11 @@ class VLAPolicyConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and 0.0 < v <= 5.0):
                 raise ValueError(f"{name} must be in (0, 5], got {v!r}")
+        if not isinstance(self.constrained, bool):
+            raise ValueError(f"constrained must be a bool, got {self.constrained!r}")
+        if self.constrained and self.codec == "binned":
+            raise ValueError("constrained decoding needs a language codec ('language' or 'action_tokens'), "
+                             "not 'binned'")
         if not (math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         ints = {"max_tries": (1, 100), "max_new_tokens_subtasks": (4, 4096), "max_new_tokens_motion": (2, 1024),

@@ -33,6 +33,9 @@ from agents.vlm import GenerationSettings, VLMBundle, check_image, generate
 log = logging.getLogger(__name__)
 
 
+_LABELS = {"subtasks": "subtasks", "motion": "motion plan", "chunk": "action chunk"}
+
+
 class VLAGenerationError(RuntimeError):
     """The model produced no well-formed output for one level within ``max_tries`` generations."""
 
@@ -93,6 +96,11 @@ class VLAPolicy(Policy):
         if not isinstance(self.verifier, Verifier):
             raise TypeError(f"verifier must implement verify(before, after, subtask, next_subtask), "
                             f"got {type(self.verifier).__name__}")
+        self.constrainer = None
+        if cfg.constrained:
+            from agents.vla.constrained import Constrainer
+
+            self.constrainer = Constrainer(bundle.tokenizer, self.codec)
         self.image_size = cfg.image_size or bundle.image_size
         self.stats = VLAStats()
         self.reset()
@@ -148,24 +156,28 @@ class VLAPolicy(Policy):
     # ------------------------------------------------------------------------------------------ generation
     def _generate_valid(self, level: str, image: np.ndarray, prompt: str, parse: Callable[[Any], Any],
                         temperature: float, max_new_tokens: int) -> Any:
-        """Generate until ``parse(generation)`` succeeds (MalformedActionError -> resample), at most max_tries."""
+        """Generate until ``parse(generation)`` succeeds (MalformedActionError -> resample), at most max_tries.
+        With ``config.constrained`` each generation is grammar-constrained (``level``: subtasks / motion / chunk)."""
         cfg = self.config
-        last = ""
+        last, label = "", _LABELS[level]
         for k in range(cfg.max_tries):
             greedy = cfg.greedy_first and k == 0
             self._calls += 1
             s = GenerationSettings(max_new_tokens=max_new_tokens, temperature=0.0 if greedy else temperature,
                                    top_p=cfg.top_p, seed=cfg.seed + self._calls)
-            gen = generate(self.bundle, [image], [prompt], s)[0]
+            kw = {}
+            if self.constrainer is not None:
+                kw["prefix_allowed_tokens_fn"] = self.constrainer.constraint(level, max_new_tokens)
+            gen = generate(self.bundle, [image], [prompt], s, **kw)[0]
             self.stats.generations += 1
             try:
                 return parse(gen)
             except MalformedActionError as exc:
                 self.stats.malformed += 1
                 last = f"{exc} (text {gen.text[:60]!r})"
-                log.debug("malformed %s output (try %d/%d): %s", level, k + 1, cfg.max_tries, last)
+                log.debug("malformed %s output (try %d/%d): %s", label, k + 1, cfg.max_tries, last)
         self.stats.failures += 1
-        raise VLAGenerationError(f"no well-formed {level} after {cfg.max_tries} tries; last: {last}")
+        raise VLAGenerationError(f"no well-formed {label} after {cfg.max_tries} tries; last: {last}")
 
     def plan_subtasks(self, image: np.ndarray, instruction: str) -> list[str]:
         cfg = self.config
@@ -178,10 +190,10 @@ class VLAPolicy(Policy):
         cfg = self.config
         motion = ""
         if subtask is not None:
-            motion = self._generate_valid("motion plan", image, prompts.motion_prompt(instruction, subtask),
+            motion = self._generate_valid("motion", image, prompts.motion_prompt(instruction, subtask),
                                           lambda g: check_motion(g.text), cfg.temperature_motion,
                                           cfg.max_new_tokens_motion)
-        chunk = self._generate_valid("action chunk", image, prompts.actions_prompt(instruction, subtask, motion),
+        chunk = self._generate_valid("chunk", image, prompts.actions_prompt(instruction, subtask, motion),
                                      lambda g: self.codec.decode(g.text, g.token_ids), cfg.temperature_actions,
                                      cfg.max_new_tokens_actions)
         if not np.isfinite(chunk).all():  # codecs never return NaN; this guards custom ones

@@ -14,7 +14,7 @@ from agents.vlm.bundle import (
     load_vlm,
     write_adapter_meta,
 )
-from agents.vlm.config import TinyVLMConfig
+from agents.vlm.config import MICRO_SIZES, TinyVLMConfig
 from agents.vlm.families import FAMILIES, FamilySpec, get_family, lora_target_regex
 from agents.vlm.generate import Generation, GenerationSettings, generate, generate_text, sequence_logprob
 from agents.vlm.inputs import IGNORE_INDEX, check_image, collate, prefix_inputs, target_ids, training_example
@@ -26,6 +26,7 @@ __all__ = [
     "FamilySpec",
     "Generation",
     "GenerationSettings",
+    "MICRO_SIZES",
     "TinyVLMConfig",
     "VLMBundle",
     "apply_adapter",

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+#: the smallest useful sizes (32 px, 2 layers, width 64; about 0.2 M parameters): unit tests and smoke runs
+MICRO_SIZES: dict[str, int] = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=2,
+                                   num_kv_heads=1, intermediate_size=128, vision_hidden_size=64, vision_layers=2,
+                                   vision_heads=2, vision_intermediate_size=128)
+
 
 @dataclass
 class TinyVLMConfig:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -34,6 +36,12 @@ def test_init_tiny_then_act(tmp_path, capsys):
                "--max-tries", "2"])
     out = capsys.readouterr().out
     assert rc == 1 and "no well-formed subtasks after 2 tries" in out
+    # the same random model with grammar-constrained decoding: every level parses on the first try
+    rc = main(["vla", "act", "--model", str(model), "--image", str(img), "--instruction", "pick up the red cube",
+               "--max-tries", "1", "--constrained"])
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and res["malformed"] == 0 and res["subtasks"] and len(res["delta_m"]) == 3
+    assert all(abs(v) <= 0.05 + 1e-9 for v in res["delta_m"]) and -1.0 <= res["gripper"] <= 1.0
     # bad input -> exit 2 with the field named
     big = tmp_path / "big.png"
     Image.fromarray(np.zeros((48, 48, 3), np.uint8)).save(big)

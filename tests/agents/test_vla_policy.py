@@ -17,12 +17,10 @@ from agents.vla import (
     make_codec,
     prompts,
 )
-from agents.vlm import TinyVLMConfig, build_tiny_vlm, collate, load_vlm, training_example
+from agents.vlm import MICRO_SIZES, TinyVLMConfig, build_tiny_vlm, collate, load_vlm, training_example
 from sim.manip.verifier import SimStateVerifier
 
-MICRO = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
-             intermediate_size=128, vision_hidden_size=64, vision_layers=2, vision_heads=2,
-             vision_intermediate_size=128)
+MICRO = dict(MICRO_SIZES)
 INS = "pick up the red cube"
 DESCEND = "[[0.0, 0.0, -3.0, 1]]"
 LIFT = "[[0.0, 0.0, 0.0, 0], [0.0, 0.0, 4.0, 0]]"

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from agents.vlm import (
+    MICRO_SIZES,
     AdapterMismatchError,
     GenerationSettings,
     TinyVLMConfig,
@@ -25,9 +26,7 @@ from agents.vlm import (
 )
 
 #: a very small model so the tests stay fast on 2 shared cores
-MICRO = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
-             intermediate_size=128, vision_hidden_size=64, vision_layers=2, vision_heads=2,
-             vision_intermediate_size=128)
+MICRO = dict(MICRO_SIZES)
 
 
 def image(seed: int = 0, size: int = 32) -> np.ndarray:

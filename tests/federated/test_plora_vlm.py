@@ -10,7 +10,15 @@ import torch
 
 pytest.importorskip("transformers", reason="needs the vlm extra")
 
-from agents.vlm import TinyVLMConfig, build_tiny_vlm, collate, load_vlm, lora_target_regex, training_example  # noqa: E402
+from agents.vlm import (  # noqa: E402
+    MICRO_SIZES,
+    TinyVLMConfig,
+    build_tiny_vlm,
+    collate,
+    load_vlm,
+    lora_target_regex,
+    training_example,
+)
 from training.peft.plora import (  # noqa: E402
     aggregate,
     apply_plora,
@@ -22,9 +30,7 @@ from training.peft.plora import (  # noqa: E402
     prepare_client,
 )
 
-MICRO = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
-             intermediate_size=128, vision_hidden_size=64, vision_layers=2, vision_heads=2,
-             vision_intermediate_size=128)
+MICRO = dict(MICRO_SIZES)
 
 
 def test_select_n_fold_and_aggregation_on_a_tiny_paligemma(tmp_path) -> None:

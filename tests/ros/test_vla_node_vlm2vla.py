@@ -25,11 +25,9 @@ def _steered_policy(out) -> None:
     import torch
 
     from agents.vla import VLAPolicy, VLAPolicyConfig, prompts
-    from agents.vlm import TinyVLMConfig, build_tiny_vlm, collate, load_vlm, training_example
+    from agents.vlm import MICRO_SIZES, TinyVLMConfig, build_tiny_vlm, collate, load_vlm, training_example
 
-    d = build_tiny_vlm(out / "vlm", config=TinyVLMConfig(
-        image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
-        intermediate_size=128, vision_hidden_size=64, vision_layers=2, vision_heads=2, vision_intermediate_size=128))
+    d = build_tiny_vlm(out / "vlm", config=TinyVLMConfig(**MICRO_SIZES))
     b = load_vlm(d)
     rng = np.random.default_rng(0)
     imgs = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(2)]

@@ -46,7 +46,8 @@ def cmd_act(args: argparse.Namespace) -> int:
         image = np.asarray(Image.open(args.image).convert("RGB"))
     except (OSError, ValueError) as exc:
         raise ValueError(f"--image {args.image}: cannot read an image ({exc})") from exc
-    overrides = {"resize_images": args.resize, "max_tries": args.max_tries, "seed": args.seed}
+    overrides = {"resize_images": args.resize, "max_tries": args.max_tries, "seed": args.seed,
+                 "constrained": args.constrained}
     if args.codec:
         overrides["codec"] = args.codec
     policy = load_policy(args.model, adapter=args.adapter, device=args.device, **overrides)
@@ -95,6 +96,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                  "action_tokens, binned)")
     a.add_argument("--resize", action="store_true", help="resize the image to the model's size instead of failing")
     a.add_argument("--max-tries", type=int, default=4, help="generations per level before giving up (default 4)")
+    a.add_argument("--constrained", action="store_true",
+                   help="grammar-constrained decoding: every generation parses (language / action_tokens codecs)")
     a.add_argument("--seed", type=int, default=0, help="sampling seed")
     a.add_argument("--device", default="cpu", help="torch device (default cpu)")
     a.set_defaults(func=cmd_act)

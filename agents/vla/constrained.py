@@ -1,0 +1,110 @@
+"""Grammar-constrained decoding: at each generation step only tokens that keep the decoded text a valid prefix of
+the level's grammar (:mod:`agents.vla.grammar`) are allowed, and end-of-sequence only once the text is complete.
+
+Budget-aware: a token is allowed only if the fewest characters that complete the text afterwards fit in the tokens
+left (``max_new_tokens``), so with single-character tokens in the vocabulary (true of byte-level BPEs) a constrained
+generation always ends as a complete, parseable string. Used through ``model.generate(prefix_allowed_tokens_fn=...)``
+(applied before temperature / top-p, so sampling only ever sees allowed tokens). The strict decoders stay as they
+are: constrained text is a subset of what they accept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agents.vla.grammar import CharGrammar, level_grammar
+
+#: levels a constraint can be built for
+LEVELS = ("subtasks", "motion", "chunk")
+
+
+def token_pieces(tokenizer: Any) -> dict[int, str]:
+    """Token id -> the text it appends when decoded after other tokens (special tokens left out).
+
+    Computed as ``decode([anchor, t])`` minus ``decode([anchor])`` so SentencePiece-style leading-space handling
+    matches mid-sequence decoding; tokens whose text does not extend the anchor's are left out.
+    """
+    special = set(tokenizer.all_special_ids)
+    anchor = tokenizer("a", add_special_tokens=False)["input_ids"][0]
+    head = tokenizer.decode([anchor])
+    ids = [i for i in range(len(tokenizer)) if i not in special]
+    texts = tokenizer.batch_decode([[anchor, i] for i in ids])
+    out = {}
+    for i, t in zip(ids, texts, strict=True):
+        if t.startswith(head) and len(t) > len(head):
+            out[i] = t[len(head):]
+    return out
+
+
+class GrammarConstraint:
+    """A ``prefix_allowed_tokens_fn`` for one generation call (it remembers the prompt length of its first call,
+    so build a fresh one per ``generate``; :meth:`Constrainer.constraint` does).
+
+    ``pieces``: candidate token id -> text piece; ``text_of``: generated ids -> decoded text; ``eos_id``: allowed
+    once the text is complete; ``max_new_tokens``: the generation budget.
+    """
+
+    def __init__(self, grammar: CharGrammar, pieces: dict[int, str], text_of: Callable[[Sequence[int]], str],
+                 eos_id: int, max_new_tokens: int, skip_ids: Sequence[int] = ()) -> None:
+        self.grammar, self.text_of, self.eos_id = grammar, text_of, int(eos_id)
+        self.max_new_tokens = int(max_new_tokens)
+        self.pieces = [(i, p) for i, p in pieces.items() if p and set(p) <= grammar.alphabet]
+        self.skip = set(skip_ids)
+        self._n_prefix: int | None = None
+
+    def allowed(self, new_ids: Sequence[int]) -> list[int]:
+        """Allowed next tokens after the generated ``new_ids`` (never empty: end-of-sequence as a last resort)."""
+        st = self.grammar.state(self.text_of([i for i in new_ids if i not in self.skip]))
+        if not st.valid:
+            return [self.eos_id]
+        left = self.max_new_tokens - len(new_ids) - 1  # tokens left after the next one
+        out, fallback = ([self.eos_id] if st.complete else []), []
+        for tid, piece in self.pieces:
+            nxt = self.grammar.advance(st, piece)
+            if nxt.valid:
+                (out if nxt.distance <= left else fallback).append(tid)
+        # over budget (a vocabulary without single-character tokens): best effort, any valid continuation
+        return out or fallback or [self.eos_id]
+
+    def __call__(self, batch_id: int, input_ids: Any) -> list[int]:
+        ids = input_ids.tolist()
+        if self._n_prefix is None:
+            self._n_prefix = len(ids)
+        return self.allowed(ids[self._n_prefix:])
+
+
+class Constrainer:
+    """Builds :class:`GrammarConstraint` s for a tokenizer and action codec (token pieces computed once).
+
+    The ``language`` codec constrains all three levels; ``action_tokens`` too, its chunk level over the digit
+    tokens of its map (plain digit tokens excluded); flat codecs (``binned``) are not supported.
+    """
+
+    def __init__(self, tokenizer: Any, codec: Any) -> None:
+        if codec.name not in ("language", "action_tokens"):
+            raise ValueError(f"constrained decoding supports the language and action_tokens codecs, "
+                             f"not {codec.name!r}")
+        self.tokenizer, self.codec = tokenizer, codec
+        self.special = [int(i) for i in tokenizer.all_special_ids]
+        self.pieces = token_pieces(tokenizer)
+        if codec.name == "action_tokens":
+            digits = set("0123456789")
+            self.chunk_pieces = {i: p for i, p in self.pieces.items() if not set(p) & digits}
+            self.chunk_pieces.update({t: str(d) for d, t in enumerate(codec.digit_ids)})
+            self.chunk_text: Callable[[Sequence[int]], str] = codec.to_text
+        else:
+            self.chunk_pieces, self.chunk_text = self.pieces, self._decode
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def constraint(self, level: str, max_new_tokens: int) -> GrammarConstraint:
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        grammar = level_grammar(level, self.codec.limits.max_elements)
+        eos = self.tokenizer.eos_token_id
+        if level == "chunk":
+            skip = [i for i in self.special if i not in getattr(self.codec, "digit_ids", ())]
+            return GrammarConstraint(grammar, self.chunk_pieces, self.chunk_text, eos, max_new_tokens, skip)
+        return GrammarConstraint(grammar, self.pieces, self._decode, eos, max_new_tokens, self.special)
