@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agents.core.config import check_ints, config_from_dict
 from agents.vla.action_language import ChunkLimits
 
 
@@ -76,10 +77,7 @@ class VLAPolicyConfig:
         ints = {"max_tries": (1, 100), "max_new_tokens_subtasks": (4, 4096), "max_new_tokens_motion": (2, 1024),
                 "max_new_tokens_actions": (4, 8192), "gripper_steps": (1, 100), "max_subtask_retries": (0, 100),
                 "seed": (0, 2**31 - 1)}
-        for name, (lo, hi) in ints.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {v!r}")
+        check_ints(self, ints)
         if not (math.isfinite(self.max_step_m) and 0.001 <= self.max_step_m <= 0.1):
             raise ValueError(f"max_step_m must be in [0.001, 0.1] m, got {self.max_step_m!r}")
         self.limits  # validates max_elements / max_abs_cm  # noqa: B018
@@ -100,8 +98,4 @@ class VLAPolicyConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "VLAPolicyConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown VLAPolicyConfig fields {unknown}; known: {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)

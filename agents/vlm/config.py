@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agents.core.config import check_ints
+
 #: the smallest useful sizes (32 px, 2 layers, width 64; about 0.2 M parameters): unit tests and smoke runs
 MICRO_SIZES: dict[str, int] = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=2,
                                    num_kv_heads=1, intermediate_size=128, vision_hidden_size=64, vision_layers=2,
@@ -46,10 +48,7 @@ class TinyVLMConfig:
             "vision_hidden_size": (16, 8192), "vision_layers": (1, 128), "vision_heads": (1, 128),
             "vision_intermediate_size": (16, 65536), "bpe_vocab_size": (300, 262144), "seed": (0, 2**31 - 1),
         }
-        for name, (lo, hi) in ints.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {v!r}")
+        check_ints(self, ints)
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.core.config import check_ints, config_from_dict
 from agents.core.types import NavAction
 
 CONFIG_NAME = "vln_config.json"
@@ -41,10 +42,7 @@ class VLNAgentConfig:
     def __post_init__(self) -> None:
         limits = {"num_history": (0, 15), "num_future_steps": (1, 32), "execute_steps": (0, 32),
                   "action_history": (0, 64), "max_instruction_words": (1, 4096), "route_every": (0, 100000)}
-        for name, (lo, hi) in limits.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ValueError(f"VLNAgentConfig.{name} must be an int in [{lo}, {hi}], got {v!r}")
+        check_ints(self, limits, "VLNAgentConfig.")
         if self.execute_steps > self.num_future_steps:
             raise ValueError(f"VLNAgentConfig.execute_steps ({self.execute_steps}) must be <= num_future_steps "
                              f"({self.num_future_steps})")
@@ -66,13 +64,7 @@ class VLNAgentConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "VLNAgentConfig":
-        if not isinstance(d, dict):
-            raise ValueError(f"VLN agent config must be a mapping, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown VLNAgentConfig keys {unknown}; known: {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
     def save(self, directory: str | Path) -> None:
         Path(directory, CONFIG_NAME).write_text(json.dumps(self.to_dict(), indent=2))

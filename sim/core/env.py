@@ -18,10 +18,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from agents.core.config import check_ranges, config_from_dict
 from agents.core.registry import Registry
 from agents.core.types import MAX_EPISODE_STEPS, NavAction, Observation, Pose
 from sim import metrics
-from sim.core.config import check_ranges, config_from_dict
 from sim.core.episodes import Episode, GroundTruth
 from sim.core.frames import quat_to_yaw, wrap_angle
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.core.config import check_ranges, config_from_dict
+from agents.core.config import check_ranges, config_from_dict
 from sim.core.gl import prepare_gl
 from sim.manip.action import MAX_DELTA_M, sanitize
 from sim.manip.tasks import TaskSpec, get_task

@@ -16,7 +16,8 @@ import yaml
 from agents.vla import VLAPolicy, VLAPolicyConfig, load_policy, make_codec, save_policy
 from agents.vlm import collate, load_vlm, training_example
 from tests.training_vla.conftest import lift_like_episode
-from training.vla.config import VLATrainConfig, apply_overrides
+from training.config_io import apply_overrides
+from training.vla.config import VLATrainConfig
 from training.vla.data.folder_source import write_folder
 from training.vla.relabel import ScriptedRelabeller
 from training.vla.samples import build_samples

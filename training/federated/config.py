@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from training.config_io import read_yaml_mapping
+
 FAULT_KINDS = ("nan", "shape", "rank", "crash")
 
 
@@ -121,13 +123,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Build a ``FedConfig`` from a YAML file (optional), ``["k=v", ...]`` overrides and keyword values."""
     data: dict[str, Any] = {}
     if path:
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"federated config not found: {p}")
-        loaded = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{p}: top level must be a mapping of FedConfig fields")
-        data.update(loaded)
+        data.update(read_yaml_mapping(path, "federated config"))
     fields = {f.name: f for f in dataclasses.fields(FedConfig)}
     for item in overrides or []:
         key, sep, raw = item.partition("=")

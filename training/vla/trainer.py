@@ -19,47 +19,16 @@ import shutil
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from training.vla.config import LoopSettings
+
 log = logging.getLogger(__name__)
 
 CKPT_PREFIX = "step_"
-
-
-@dataclass
-class LoopSettings:
-    """What the loop needs (a subset of :class:`~training.vla.config.VLATrainConfig`, also used for pre-training)."""
-
-    out_dir: str
-    lr: float = 5e-5
-    weight_decay: float = 0.0
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-8
-    schedule: str = "linear"
-    warmup_steps: int = 0
-    batch_size: int = 1
-    grad_accum: int = 2
-    epochs: float = 1.0
-    max_steps: int = 0
-    max_length: int = 1024
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    log_every: int = 10
-    save_every: int = 100
-    keep_checkpoints: int = 2
-    device: str = "auto"
-    mixed_precision: str = "no"
-    #: torch CPU threads (0: leave torch's default); 1 is fastest on a small shared CPU
-    num_threads: int = 0
-
-    @classmethod
-    def from_config(cls, cfg: Any, out_dir: str | None = None) -> "LoopSettings":
-        kw = {f: getattr(cfg, f) for f in cls.__dataclass_fields__ if f != "out_dir"}
-        return cls(out_dir=out_dir or cfg.out_dir, **kw)
 
 
 def make_accelerator(device: str = "auto", mixed_precision: str = "no") -> Any:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.core.config import check_ints, check_numbers, config_from_dict
 from agents.vln.configuration_vln import VLNAgentConfig
+from training.config_io import apply_overrides, read_yaml_mapping
 
 #: a milder night than the methods-file defaults (brightness x exposure 0.0225 against read noise 3 leaves almost
 #: no signal): 10x more light before the gain, half the read noise. Still clearly dark and noisy (see docs).
@@ -66,15 +67,10 @@ class VLNTrainConfig:
                 "steps": (0, 10**7), "batch_size": (1, 4096), "dagger_rounds": (0, 100), "dagger_steps": (0, 10**7),
                 "dagger_episodes_per_scene": (1, 100000), "checkpoint_every": (1, 10**7),
                 "num_threads": (0, 1024)}
-        for name, (lo, hi) in ints.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ValueError(f"VLNTrainConfig.{name} must be an int in [{lo}, {hi}], got {v!r}")
-        for name, lo, hi in (("min_distance", 0.1, 100.0), ("max_distance", 0.2, 200.0),
-                             ("success_distance", 0.05, 50.0), ("lr", 1e-9, 10.0), ("dagger_beta", 0.0, 1.0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-                raise ValueError(f"VLNTrainConfig.{name} must be a number in [{lo}, {hi}], got {v!r}")
+        check_ints(self, ints, "VLNTrainConfig.")
+        check_numbers(self, {"min_distance": (0.1, 100.0), "max_distance": (0.2, 200.0),
+                             "success_distance": (0.05, 50.0), "lr": (1e-9, 10.0), "dagger_beta": (0.0, 1.0)},
+                      "VLNTrainConfig.")
         if self.min_distance >= self.max_distance:
             raise ValueError(f"VLNTrainConfig.min_distance ({self.min_distance}) must be < max_distance "
                              f"({self.max_distance})")
@@ -111,35 +107,9 @@ class VLNTrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "VLNTrainConfig":
-        if not isinstance(d, dict):
-            raise ValueError(f"VLN train config must be a mapping, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown VLNTrainConfig keys {unknown}; known: {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "VLNTrainConfig":
         """Load a YAML file and apply ``key=value`` overrides (values parsed as YAML, dotted keys for dicts)."""
-        import yaml
-
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"config file {p} not found")
-        data = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{p}: top level must be a mapping")
-        for item in overrides or []:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise ValueError(f"override {item!r} must look like key=value")
-            target, *rest = key.split(".")
-            node = data
-            parts = [target, *rest]
-            for part in parts[:-1]:
-                node = node.setdefault(part, {})
-                if not isinstance(node, dict):
-                    raise ValueError(f"override {item!r}: {part!r} is not a mapping")
-            node[parts[-1]] = yaml.safe_load(value)
-        return cls.from_dict(data)
+        return cls.from_dict(apply_overrides(read_yaml_mapping(path, "VLN config"), overrides or []))

@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from training.config_io import read_yaml_mapping
+
 log = logging.getLogger(__name__)
 # ``server_app`` / ``client_app`` are built on first access (module ``__getattr__``: flwr stays a lazy import);
 # Flower validates components by parsing the module, so they must be listed here.
@@ -93,15 +95,7 @@ def family_for(method: str) -> FedFamily:
 
 def read_yaml(path: str | Path | None) -> dict[str, Any]:
     """The top-level mapping of a YAML config (``{}`` for no path); clear errors for a missing/odd file."""
-    if not path:
-        return {}
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"federated config not found: {p}")
-    data = yaml.safe_load(p.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{p}: top level must be a mapping of config fields")
-    return data
+    return read_yaml_mapping(path, "federated config") if path else {}
 
 
 def select_family(path: str | Path | None, overrides: list[str]) -> FedFamily:

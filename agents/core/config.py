@@ -1,0 +1,46 @@
+"""Helpers shared by the config dataclasses of ``sim``, ``agents`` and ``training`` (validation and loading from
+plain dicts)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def check_ranges(obj: Any, ranges: dict[str, tuple[float, float]]) -> None:
+    """Each named field must be a finite number within its inclusive ``(lo, hi)`` range."""
+    for name, (lo, hi) in ranges.items():
+        v = getattr(obj, name)
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+            raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {v!r}")
+
+
+def config_from_dict(cls: type[T], d: dict[str, Any]) -> T:
+    """Build config ``cls`` from a dict (YAML, JSON, ROS parameters); a non-mapping or unknown keys are a
+    ``ValueError`` naming the known keys."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a {cls.__name__} must be a mapping, got {type(d).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} keys {unknown}; known: {sorted(known)}")
+    return cls(**d)
+
+
+def check_ints(obj: Any, ranges: dict[str, tuple[int, int]], owner: str = "") -> None:
+    """Each named field must be an ``int`` (not a bool) within its inclusive range; ``owner`` prefixes the name."""
+    for name, (lo, hi) in ranges.items():
+        v = getattr(obj, name)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"{owner}{name} must be an int in [{lo}, {hi}], got {v!r}")
+
+
+def check_numbers(obj: Any, ranges: dict[str, tuple[float, float]], owner: str = "") -> None:
+    """Each named field must be a finite int or float (not a bool) within its inclusive range."""
+    for name, (lo, hi) in ranges.items():
+        v = getattr(obj, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+            raise ValueError(f"{owner}{name} must be a number in [{lo}, {hi}], got {v!r}")

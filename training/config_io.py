@@ -1,0 +1,44 @@
+"""Reading YAML configs for the ``allday`` commands: the top-level mapping of a file, and ``key=value``
+overrides (values parsed as YAML; dotted keys reach into nested mappings: ``tiny.patch_size=8``)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
+    """The top-level mapping of the YAML file ``path``; FileNotFoundError / ValueError naming ``what``."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{p}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: top level must be a mapping of {what} fields")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``data`` with ``["lr=1e-4", "tiny.patch_size=8", ...]`` applied (values parsed as YAML)."""
+    out = copy.deepcopy(data)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"override {item!r} must look like key=value (KEY=VALUE, the value in YAML)")
+        *parents, leaf = key.strip().split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {part!r} is not a mapping")
+        try:
+            node[leaf] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"override {item!r}: value is not valid YAML ({exc})") from exc
+    return out
