@@ -49,6 +49,7 @@ __all__ = [
     "SEQUENCE_TRANSFORMS",
     "QuantSpec",
     "block_random_hadamard_matrix",
+    "check_input",
     "code_dtype",
     "compute_qparams",
     "dct",
@@ -131,7 +132,8 @@ def _grouped(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
     return x.reshape(*x.shape[:-1], n // g, g)
 
 
-def _check_input(x: torch.Tensor, spec: QuantSpec) -> None:
+def check_input(x: torch.Tensor, spec: QuantSpec) -> None:
+    """A floating-point tensor with enough dims for ``spec`` (ValueError otherwise); kernels check the same."""
     if not x.is_floating_point():
         raise ValueError(f"expected a floating-point tensor, got {x.dtype}")
     if spec.granularity != "per_tensor" and x.dim() < 1:
@@ -142,7 +144,7 @@ def _check_input(x: torch.Tensor, spec: QuantSpec) -> None:
 
 def compute_qparams(x: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
     """Min-max ``(scale, zero_point)`` (float32, zero_point integer-valued) for ``x`` under ``spec``."""
-    _check_input(x, spec)
+    check_input(x, spec)
     xf = _grouped(x.detach().float(), spec)
     if spec.granularity == "per_tensor":
         lo, hi = xf.amin(), xf.amax()
@@ -166,7 +168,7 @@ def _bcast(t: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
 
 def quantize(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
     """``clamp(round(x / scale) + zero, qmin, qmax)`` as int32, same shape as ``x``."""
-    _check_input(x, spec)
+    check_input(x, spec)
     xf = _grouped(x.float(), spec)
     q = torch.round(xf / _bcast(scale.float(), spec)) + _bcast(zero.float(), spec)
     return q.clamp(spec.qmin, spec.qmax).to(torch.int32).reshape(x.shape)

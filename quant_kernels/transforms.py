@@ -209,9 +209,6 @@ def block_random_hadamard_matrix(n: int, seed: int = 0, dtype: torch.dtype = tor
     return torch.block_diag(*blocks).to(dtype)
 
 
-SEQUENCE_TRANSFORMS = ("dwt", "dwt2d", "dct", "wht", "identity")
-
-
 def sequency_order(n: int) -> torch.Tensor:
     """Permutation putting natural-order Walsh-Hadamard rows in sequency order (number of sign changes)."""
     _check_pow2(n)
@@ -227,6 +224,27 @@ def _check_kind(kind: str, grid_hw: tuple[int, int] | None) -> None:
         raise ValueError("sequence transform 'dwt2d' needs grid_hw=(H, W)")
 
 
+def _wht_forward(x: torch.Tensor, dim: int) -> torch.Tensor:
+    order = sequency_order(x.shape[dim]).to(x.device)
+    return walsh_hadamard(x, dim=dim).index_select(dim, order)
+
+
+def _wht_inverse(y: torch.Tensor, dim: int) -> torch.Tensor:
+    inv = torch.argsort(sequency_order(y.shape[dim])).to(y.device)
+    return walsh_hadamard(y.index_select(dim, inv), dim=dim)
+
+
+# kind -> (forward, inverse), each called as f(x, levels, grid_hw, dim)
+_SEQ_PAIRS = {
+    "dwt": (lambda x, lv, g, d: haar_dwt(x, lv, dim=d), lambda y, lv, g, d: haar_idwt(y, lv, dim=d)),
+    "dwt2d": (lambda x, lv, g, d: haar_dwt2d(x, g, lv, dim=d), lambda y, lv, g, d: haar_idwt2d(y, g, lv, dim=d)),
+    "dct": (lambda x, lv, g, d: dct(x, dim=d), lambda y, lv, g, d: idct(y, dim=d)),
+    "wht": (lambda x, lv, g, d: _wht_forward(x, d), lambda y, lv, g, d: _wht_inverse(y, d)),
+    "identity": (lambda x, lv, g, d: x, lambda y, lv, g, d: y),
+}
+SEQUENCE_TRANSFORMS = tuple(_SEQ_PAIRS)
+
+
 def sequence_transform(
     x: torch.Tensor, kind: str, levels: int = 3, grid_hw: tuple[int, int] | None = None, dim: int = -2
 ) -> torch.Tensor:
@@ -234,17 +252,7 @@ def sequence_transform(
     an ``H x W`` token grid), ``dct``, ``wht`` (Walsh-Hadamard in sequency order) or ``identity``.
     Low-frequency tokens come first."""
     _check_kind(kind, grid_hw)
-    if kind == "dwt":
-        return haar_dwt(x, levels, dim=dim)
-    if kind == "dwt2d":
-        assert grid_hw is not None
-        return haar_dwt2d(x, grid_hw, levels, dim=dim)
-    if kind == "dct":
-        return dct(x, dim=dim)
-    if kind == "wht":
-        order = sequency_order(x.shape[dim]).to(x.device)
-        return walsh_hadamard(x, dim=dim).index_select(dim, order)
-    return x
+    return _SEQ_PAIRS[kind][0](x, levels, grid_hw, dim)
 
 
 def inverse_sequence_transform(
@@ -252,17 +260,7 @@ def inverse_sequence_transform(
 ) -> torch.Tensor:
     """Inverse of :func:`sequence_transform` (``L^T y``) with the same arguments."""
     _check_kind(kind, grid_hw)
-    if kind == "dwt":
-        return haar_idwt(y, levels, dim=dim)
-    if kind == "dwt2d":
-        assert grid_hw is not None
-        return haar_idwt2d(y, grid_hw, levels, dim=dim)
-    if kind == "dct":
-        return idct(y, dim=dim)
-    if kind == "wht":
-        inv = torch.argsort(sequency_order(y.shape[dim])).to(y.device)
-        return walsh_hadamard(y.index_select(dim, inv), dim=dim)
-    return y
+    return _SEQ_PAIRS[kind][1](y, levels, grid_hw, dim)
 
 
 def pad_tokens(x: torch.Tensor, kind: str, levels: int = 3, mode: str = "reflect") -> tuple[torch.Tensor, int]:

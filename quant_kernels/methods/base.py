@@ -86,14 +86,15 @@ def build_quant_linear(
     stamp: dict | None = None,
     res_rank: int = 0,
     lowrank_rank: int = 0,
-    weight: torch.Tensor | None = None,
     hessian: torch.Tensor | None = None,
+    quantize_weight: bool = True,
 ) -> QuantLinear:
-    """A ``QuantLinear`` with weight ``W[:, perm] * scale[perm] @ rotation`` quantized (unless ``weight`` given).
+    """A ``QuantLinear`` with weight ``W[:, perm] * scale[perm] @ rotation`` quantized.
 
-    Residual/low-rank buffers are created (zeros) for the caller to fill. With ``cfg.weight_quantizer == "gptq"``
-    and the calibration ``hessian`` (``X^T X`` of the original input), every ``set_weight`` of the layer runs GPTQ
-    on the Hessian of the transformed input instead of round-to-nearest.
+    Residual/low-rank buffers are created (zeros) for the caller to fill; with ``quantize_weight=False`` the caller
+    also sets the weight (SERQ fixes its residual first, so the weight is quantized once). With
+    ``cfg.weight_quantizer == "gptq"`` and the calibration ``hessian`` (``X^T X`` of the original input), every
+    ``set_weight`` of the layer runs GPTQ on the Hessian of the transformed input instead of round-to-nearest.
     """
     meta = LayerMeta(
         in_features=linear.in_features,
@@ -119,9 +120,8 @@ def build_quant_linear(
         if hessian is None:
             raise ValueError("weight_quantizer='gptq' needs calibration inputs (the layer's input Hessian)")
         q.use_gptq(ref.transform_hessian(hessian, tf.scale, tf.perm, rotation), cfg.gptq_damp)
-    if weight is None:
-        weight = transformed_weight(linear.weight, tf, rotation)
-    q.set_weight(weight)
+    if quantize_weight:
+        q.set_weight(transformed_weight(linear.weight, tf, rotation))
     if linear.bias is not None:
         q.bias.copy_(linear.bias.detach().float())
     scale = tf.scale

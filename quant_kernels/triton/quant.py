@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from quant_kernels.reference import QuantSpec
+from quant_kernels.reference import QuantSpec, check_input
 from quant_kernels.triton._common import check_device, next_pow2, qparams_from_minmax, quantize_values
 
 __all__ = ["compute_qparams", "dequantize", "quantize", "quantize_dynamic"]
@@ -131,12 +131,9 @@ def _qparam_rows(
 def _validate(x: torch.Tensor, spec: QuantSpec) -> None:
     if not isinstance(spec, QuantSpec):
         raise TypeError(f"spec must be a QuantSpec, got {type(spec).__name__}")
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise ValueError(f"expected a floating-point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
-    if spec.granularity != "per_tensor" and x.dim() < 1:
-        raise ValueError(f"{spec.granularity} needs at least 1 dim, got a scalar")
-    if spec.granularity == "per_channel" and x.dim() < 2:
-        raise ValueError(f"per_channel expects a weight [out, in], got shape {tuple(x.shape)}")
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"expected a floating-point tensor, got {type(x).__name__}")
+    check_input(x, spec)
 
 
 def compute_qparams(x: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:

@@ -48,7 +48,7 @@ class SERQ(Method):
     def convert(self, linear: nn.Linear, stats: LayerStats, cfg: QuantConfig, tf: InputTransform) -> QuantLinear:
         r = serq_rank(linear.in_features, cfg)
         w = transformed_weight(linear.weight, tf)  # flattened and sorted: salient columns first
-        q = build_quant_linear(linear, cfg, tf, self.name, res_rank=r, weight=w, hessian=stats.hessian)
+        q = build_quant_linear(linear, cfg, tf, self.name, res_rank=r, hessian=stats.hessian, quantize_weight=False)
         q.set_residual(w[:, :r])
         main = w.clone()
         main[:, :r] = w[:, :r] - q.dequantized_residual()
