@@ -134,6 +134,11 @@ def drop_modules(model: nn.Module, keep: int) -> list[int]:
     return list(range(keep))
 
 
+def zero_dense_state(model: nn.Module) -> State:
+    """A zero full-size update ``"<layer>.dW"`` per PLoRA layer (the state of the dense-delta methods)."""
+    return {f"{n}.dW": torch.zeros_like(layer.base.weight) for n, layer in iter_plora(model)}
+
+
 @torch.no_grad()
 def add_dense_delta(model: nn.Module, state: State) -> None:
     """``W0 += dW`` for every layer with a ``"<layer>.dW"`` entry (float64 accumulation, one rounding)."""

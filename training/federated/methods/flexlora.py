@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.federated.methods.base import FedMethod, State, Upload, drop_modules, factor_numel
+from training.federated.methods.base import FedMethod, State, Upload, drop_modules, factor_numel, zero_dense_state
 from training.federated.methods.flora import dense_shapes, stacked_delta
 from training.federated.methods.hetlora import truncated_upload, validate_truncated
 from training.peft.plora import ClientRound, iter_plora
@@ -41,7 +41,7 @@ class FlexLoRA(FedMethod):
     name = "flexlora"
 
     def init_state(self, model: nn.Module) -> State:
-        return {f"{n}.dW": torch.zeros_like(layer.base.weight) for n, layer in iter_plora(model)}
+        return zero_dense_state(model)
 
     @torch.no_grad()
     def start_client(self, model: nn.Module, state: State, budget: int, rng: np.random.Generator) -> ClientRound:

@@ -16,7 +16,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.federated.methods.base import FedMethod, State, Upload, add_dense_delta, dense_numel, drop_modules
+from training.federated.methods.base import (
+    FedMethod,
+    State,
+    Upload,
+    add_dense_delta,
+    dense_numel,
+    drop_modules,
+    zero_dense_state,
+)
 from training.federated.methods.hetlora import truncated_upload, validate_truncated
 from training.peft.plora import ClientRound, iter_plora
 
@@ -40,7 +48,7 @@ class FLoRA(FedMethod):
     name = "flora"
 
     def init_state(self, model: nn.Module) -> State:
-        return {f"{n}.dW": torch.zeros_like(layer.base.weight) for n, layer in iter_plora(model)}
+        return zero_dense_state(model)
 
     @torch.no_grad()
     def start_client(self, model: nn.Module, state: State, budget: int, rng: np.random.Generator) -> ClientRound:
