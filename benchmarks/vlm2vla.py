@@ -67,6 +67,12 @@ def pretrain_vqa(out: Path, corpus: list[str], train: list[Any], m: dict[str, An
     base = build_tiny_vlm(out / "base", image_size=m["image"], corpus=corpus, seed=seed, overwrite=True,
                           **m["model"])
     bundle = load_vlm(base)
+    if m.get("grounding"):
+        from training.vlm import GroundingConfig, pretrain_grounding
+
+        stages = [[max(1, s * m["image"] // 64), n, b] for s, n, b in GroundingConfig().stages]
+        g = pretrain_grounding(bundle, GroundingConfig(stages=stages, seed=seed), progress=progress)
+        log.info("grounding pre-training: %s", g["stages"])
     for p in bundle.model.parameters():
         p.requires_grad_(True)
     samples = [Sample(it.image, it.question, it.answer, "vqa") for it in train]
@@ -141,6 +147,10 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     lang = ScriptedRelabeller().relabel_all(demos)
     _stage("data", t0)
     corpus = sample_corpus(lang) + sorted({it.question for it in items}) + list(ANSWER_WORDS)
+    if m.get("grounding"):
+        from training.vlm import grounding_corpus
+
+        corpus += grounding_corpus()
     pretrained = out / "pretrained"
     if not (reuse and (pretrained / "config.json").is_file()):
         pretrained = pretrain_vqa(out, corpus, train, m, seed, progress)
@@ -260,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ft-lr", type=float, default=None, help="LoRA fine-tuning learning rate (default: the mode's)")
     p.add_argument("--ft-schedule", choices=("linear", "cosine", "constant"), default=None,
                    help="LoRA learning-rate schedule (default: the mode's)")
+    p.add_argument("--grounding", action="store_true",
+                   help="grounding pre-training (training.vlm.grounding) before the VQA pre-training")
     p.add_argument("--progress", action="store_true", help="show progress bars")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
@@ -267,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     mode = "quick" if args.quick else "full"
     out = Path(args.out) / mode
-    for key, val in (("ft_steps", args.ft_steps), ("ft_lr", args.ft_lr), ("ft_schedule", args.ft_schedule)):
+    for key, val in (("ft_steps", args.ft_steps), ("ft_lr", args.ft_lr), ("ft_schedule", args.ft_schedule),
+                     ("grounding", args.grounding or None)):
         if val is not None:
             MODES[mode][key] = val
     res = run(mode, out, Path(args.cache), args.seed, args.progress, args.reuse_pretrained)

@@ -32,6 +32,7 @@ class EpisodeGenConfig:
     max_steps: int = 500
     agent_radius: float = 0.18
     tries_per_episode: int = 60
+    same_room: bool = False  # start in the goal object's room (goal-description episodes a small model can learn)
 
     def __post_init__(self) -> None:
         if not 0 < self.min_distance < self.max_distance:
@@ -86,6 +87,8 @@ def sample_episode(house: House, grid: OccupancyGrid, rng: np.random.Generator, 
             continue
         k = int(rng.integers(0, len(free_rows)))
         sx, sy = grid.to_world(int(free_rows[k]), int(free_cols[k]))
+        if cfg.same_room and getattr(house.room_at(sx, sy), "index", None) != item.room:
+            continue
         d = grid.geodesic(sx, sy, *goal)
         if not (cfg.min_distance <= d <= cfg.max_distance):
             continue

@@ -122,7 +122,11 @@ def test_checkpoint_resume(cfg, tmp_path, monkeypatch):
                                       ({"condition_params": {"low_light": {"gain": -1}}}, "gain"),
                                       ({"min_distance": 5.0, "max_distance": 4.0}, "min_distance"),
                                       ({"agent": {"num_future_steps": 0}}, "num_future_steps"),
-                                      ({"steps": -1}, "steps")])
+                                      ({"steps": -1}, "steps"),
+                                      ({"grounding": {"stages": [[0, 1, 1.0]]}}, "stages"),
+                                      ({"grounding": {"lrr": 1e-3}}, "lrr"),
+                                      ({"grounding": [1]}, "grounding"),
+                                      ({"grounding": {}}, "do not fit 32 px")])
 def test_train_config_validation(kw, field):
     with pytest.raises((ValueError, TypeError), match=field):
         VLNTrainConfig(**{**BASE, **kw})
@@ -175,3 +179,37 @@ def test_forgetting_definition():
     assert f["relative"] == pytest.approx(0.875) and f["absolute"] == pytest.approx((0.6 + 0.5) / 2)
     z = forgetting(np.array([[0.0, np.nan], [0.0, 1.0]]))
     assert z["relative"] is None and math.isnan(z["per_task"][0])  # X[t, t] = 0 is excluded
+
+
+def test_grounded_backbone_is_pre_trained_and_saved(tmp_path):
+    """``grounding`` runs the grounding curriculum on the tiny backbone before imitation; the saved weights differ
+    from the plain random-init backbone of the same seed, and the tokenizer knows the grounding words."""
+    from agents.vlm.bundle import load_vlm
+    from training.vln.navigator import build_backbone
+
+    grounded = VLNTrainConfig(**{**BASE, "grounding": {"stages": [[12, 1, 1.0]], "steps_per_stage": 3,
+                                                       "samples_per_stage": 16, "batch_size": 4}})
+    plain = VLNTrainConfig(**BASE)
+    assert grounded.fingerprint() != plain.fingerprint()
+    a = load_vlm(build_backbone(grounded, tmp_path / "g", ["go left"]))
+    b = load_vlm(build_backbone(plain, tmp_path / "p", ["go left"]))
+    wa, wb = dict(a.model.named_parameters()), dict(b.model.named_parameters())
+    assert any(not torch.equal(wa[k], wb[k]) for k in wb if k in wa)
+    assert "square" in a.tokenizer.decode(a.tokenizer("the red square")["input_ids"])
+
+
+def test_same_room_episodes_start_in_the_goal_room():
+    from sim.nav.episode_gen import EpisodeGenConfig, generate_episodes, scene_list
+    from sim.nav.house import generate_house
+
+    scenes = scene_list(1)
+    eps, _, _ = generate_episodes(scenes, 4, seed=1, progress=False,
+                                  cfg=EpisodeGenConfig(min_distance=1.0, max_distance=4.0, same_room=True,
+                                                       tries_per_episode=4000))
+    house = generate_house(scenes[0][1], scenes[0][0])
+    from sim.core.frames import habitat_to_mj
+
+    assert len(eps) == 4
+    for ep in eps:
+        x, y, _ = habitat_to_mj(ep.start_position)
+        assert house.room_at(x, y).name == ep.info["goal_room"]

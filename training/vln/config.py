@@ -37,6 +37,7 @@ class VLNTrainConfig:
     family: str = "paligemma"
     vlm_path: str | None = None
     tiny: dict[str, Any] = field(default_factory=lambda: dict(TINY_BACKBONE))
+    grounding: dict[str, Any] | None = None
     image_size: int = 64
     agent: dict[str, Any] = field(default_factory=lambda: {"num_history": 3, "num_future_steps": 4})
     n_scenes: int = 3
@@ -47,6 +48,7 @@ class VLNTrainConfig:
     max_distance: float = 5.0
     max_steps: int = 60
     success_distance: float = 1.0
+    same_room: bool = False
     train_conditions: list[str] = field(default_factory=lambda: ["normal"])
     eval_conditions: list[str] = field(default_factory=lambda: ["normal", "low_light", "overexposure", "scattering"])
     condition_params: dict[str, dict[str, Any]] = field(default_factory=lambda: {"low_light": dict(MILD_NIGHT)})
@@ -88,10 +90,25 @@ class VLNTrainConfig:
                 raise ValueError(f"VLNTrainConfig.condition_params: unknown condition {cond!r}; known: {known}")
             make_condition(cond, **params)  # validates the parameters (TypeError/ValueError naming the field)
         self.agent_config()  # validates the agent settings
+        if self.grounding is not None:
+            if not isinstance(self.grounding, dict):
+                raise ValueError("VLNTrainConfig.grounding must be a mapping of GroundingConfig fields or null")
+            big = [st[0] for st in self.grounding_config().stages if st[0] > self.image_size // 2]
+            if big:
+                raise ValueError(f"VLNTrainConfig.grounding: stage sizes {big} px do not fit {self.image_size} px "
+                                 f"images (at most {self.image_size // 2})")
         if self.vlm_path is None:
             from agents.vlm.config import TinyVLMConfig
 
             TinyVLMConfig(family=self.family, image_size=self.image_size, **self.tiny)
+
+    def grounding_config(self) -> Any:
+        """The grounding pre-training of a tiny backbone (``training.vlm.GroundingConfig``), or None."""
+        if self.grounding is None:
+            return None
+        from training.vlm.grounding import GroundingConfig
+
+        return GroundingConfig.from_dict(dict(self.grounding))
 
     def agent_config(self) -> VLNAgentConfig:
         return VLNAgentConfig.from_dict(dict(self.agent))

@@ -42,7 +42,7 @@ def make_episodes(cfg: VLNTrainConfig, split: str, per_scene: int | None = None,
     all_scenes = scene_list(cfg.n_scenes, cfg.scene_seed)
     chosen = [all_scenes[i] for i in (scenes if scenes is not None else range(cfg.n_scenes))]
     gen = EpisodeGenConfig(min_distance=cfg.min_distance, max_distance=cfg.max_distance, max_steps=cfg.max_steps,
-                           tries_per_episode=400)
+                           tries_per_episode=400 if not cfg.same_room else 4000, same_room=cfg.same_room)
     eps, gts, _ = generate_episodes(chosen, n, seed=cfg.seed + offsets[split] + seed_offset, cfg=gen, progress=progress)
     return eps, gts
 
@@ -76,14 +76,25 @@ def evaluate_policy(policy: Any, cfg: VLNTrainConfig, episodes: list[Episode], g
 
 # ------------------------------------------------------------------------------------------------ backbone
 def build_backbone(cfg: VLNTrainConfig, out_dir: Path, corpus: list[str]) -> Path:
-    """The VLM directory to start from: ``cfg.vlm_path`` or a tiny random-weight model built into ``out_dir``."""
+    """The VLM directory to start from: ``cfg.vlm_path`` or a tiny random-weight model built into ``out_dir``
+    (grounding-pre-trained there when ``cfg.grounding`` is set)."""
     if cfg.vlm_path is not None:
         return Path(cfg.vlm_path)
-    from agents.vlm.bundle import build_tiny_vlm
+    from agents.vlm.bundle import build_tiny_vlm, load_vlm
+    from training.vlm.grounding import grounding_corpus, pretrain_grounding
 
     words = ["forward left right stop past: next: none."]
-    return build_tiny_vlm(out_dir, family=cfg.family, image_size=cfg.image_size, overwrite=True,
-                          corpus=words + corpus[:400], seed=cfg.seed, **cfg.tiny)
+    grounding = cfg.grounding_config()
+    path = build_tiny_vlm(out_dir, family=cfg.family, image_size=cfg.image_size, overwrite=True,
+                          corpus=words + corpus[:400] + (grounding_corpus() if grounding else []), seed=cfg.seed,
+                          **cfg.tiny)
+    if grounding is not None:
+        bundle = load_vlm(path)
+        res = pretrain_grounding(bundle, grounding)
+        log.info("grounding pre-training of the backbone: %s", res["stages"])
+        bundle.model.save_pretrained(str(path))
+        bundle.processor.save_pretrained(str(path))
+    return path
 
 
 def save_samples(path: Path, samples: list[Sample]) -> None:

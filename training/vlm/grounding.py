@@ -1,0 +1,184 @@
+"""Grounding pre-training: teach a random-init VLM *where* things are before it learns a task.
+
+A tiny VLM trained from scratch cannot learn to localise a small object directly: on "which side is the
+square on?" with an 8 px square in a 64 px image it stays at chance for 4,000 steps, although a linear probe on
+its (random) vision features separates the answers perfectly (``benchmarks/vlm_spatial_probe.py``). The
+language model has to learn, at once, to attend to the object's token and to read that token's position, and
+neither has a gradient without the other. Large objects break the tie (their effect survives averaging over
+tokens), and what is learnt on them transfers to small ones. Real VLMs get this from their pre-training mix
+(PaliGemma: detection and referring expressions); this module gives the tiny backbones a miniature version:
+generated images of coloured squares, questions about where a named square is ("which side is the red square
+on?", "is the blue square at the top or the bottom?"), in stages of shrinking object size.
+
+The default stages show one square per image. With two equally bright squares the question also needs the
+colour word bound to the right square; that is a second plateau this curriculum does not cross (measured: after
+the single-square stages, two squares at 24 px stay at 0.56-0.72 held-out accuracy; with the other square dimmed
+the model answers "the brightest one", which is not binding). ``stages`` accepts such settings for experiments.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from agents.core.config import check_ints, check_numbers, config_from_dict
+
+log = logging.getLogger(__name__)
+
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (220, 40, 40), "green": (40, 190, 60), "blue": (50, 80, 230), "yellow": (235, 215, 40),
+    "white": (245, 245, 245), "cyan": (40, 210, 220), "magenta": (210, 50, 200), "orange": (245, 140, 30)}
+QUESTIONS = {"side": ("which side is the {c} square on?", ("left", "right")),
+             "height": ("is the {c} square at the top or the bottom?", ("top", "bottom"))}
+
+
+@dataclass
+class GroundingConfig:
+    """``stages`` of ``[object size px, squares per image, distractor brightness]``, largest first,
+    ``steps_per_stage`` steps and
+    ``samples_per_stage`` generated images each; AdamW at ``lr``."""
+
+    stages: list[list[float]] = field(default_factory=lambda: [[24, 1, 1.0], [16, 1, 1.0], [12, 1, 1.0], [8, 1, 1.0],
+                                                               [6, 1, 1.0]])
+    steps_per_stage: int = 300
+    samples_per_stage: int = 2000
+    batch_size: int = 32
+    lr: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_ints(self, {"steps_per_stage": (0, 10**6), "samples_per_stage": (8, 10**6),
+                          "batch_size": (1, 4096), "seed": (0, 2**31 - 1)}, "GroundingConfig.")
+        check_numbers(self, {"lr": (1e-8, 1.0)}, "GroundingConfig.")
+        ok = isinstance(self.stages, list) and bool(self.stages) and all(
+            isinstance(st, (list, tuple)) and len(st) == 3 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                   for v in st[:2])
+            and st[0] >= 1 and 1 <= st[1] <= len(COLOURS) and isinstance(st[2], (int, float))
+            and 0.0 <= st[2] <= 1.0 for st in self.stages)
+        if not ok:
+            raise ValueError(f"GroundingConfig.stages must be a non-empty list of [size >= 1, objects in 1.."
+                             f"{len(COLOURS)}, distractor brightness in [0, 1]], got {self.stages!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "GroundingConfig":
+        return config_from_dict(cls, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def grounding_corpus() -> list[str]:
+    """Every question and answer word (for building a tiny model's tokenizer)."""
+    texts = [q.format(c=c) for q, _ in QUESTIONS.values() for c in COLOURS]
+    return texts + [" ".join(a for _, ans in QUESTIONS.values() for a in ans)]
+
+
+def _place(rng: np.random.Generator, size: int, image: int, taken: list[tuple[int, int]]) -> tuple[int, int] | None:
+    for _ in range(50):
+        x, y = (int(v) for v in rng.integers(0, image - size + 1, size=2))
+        if all(abs(x - tx) >= size and abs(y - ty) >= size for tx, ty in taken):
+            return x, y
+    return None
+
+
+def make_grounding_set(n: int, size: int, image_size: int, objects: int = 2, seed: int = 0,
+                       distractor_brightness: float = 1.0) -> list[tuple[np.ndarray, str, str]]:
+    """``n`` (image, question, answer) triples with ``objects`` squares of ``size`` px in distinct colours; the
+    squares not asked about are drawn at ``distractor_brightness`` (1 = as bright as the asked one).
+
+    The asked square's centre is never on the dividing line (at least a quarter of its size away), so every
+    answer is unambiguous."""
+    if not 1 <= size <= image_size // 2:
+        raise ValueError(f"object size must be in [1, {image_size // 2}] for {image_size} px images, got {size}")
+    rng = np.random.default_rng(seed)
+    names = list(COLOURS)
+    out: list[tuple[np.ndarray, str, str]] = []
+    while len(out) < n:
+        img = (rng.random((image_size, image_size, 3)) * 70).astype(np.uint8)
+        colours = rng.choice(len(names), size=objects, replace=False)
+        taken: list[tuple[int, int]] = []
+        k = int(rng.integers(0, objects))
+        for j, ci in enumerate(colours):
+            pos = _place(rng, size, image_size, taken)
+            if pos is None:
+                break
+            taken.append(pos)
+            scale = 1.0 if j == k else distractor_brightness
+            img[pos[1]:pos[1] + size, pos[0]:pos[0] + size] = np.asarray(COLOURS[names[ci]]) * scale
+        if len(taken) < objects:
+            continue
+        kind = ("side", "height")[int(rng.integers(0, 2))]
+        centre = taken[k][0 if kind == "side" else 1] + size / 2
+        if abs(centre - image_size / 2) < max(1.0, size / 4):
+            continue
+        question, answers = QUESTIONS[kind]
+        out.append((img, question.format(c=names[colours[k]]), answers[int(centre > image_size / 2)]))
+    return out
+
+
+def _accuracy(bundle: Any, examples: list[dict[str, Any]], batch_size: int) -> float:
+    """Exact match of the greedy answer (every answer token is the arg-max given the previous ones)."""
+    import torch
+
+    from agents.vlm import IGNORE_INDEX, collate
+
+    model = bundle.model
+    model.eval()
+    hits = 0
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            batch = collate(bundle, examples[i:i + batch_size])
+            logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+            labels = batch["labels"]
+            pred = logits[:, :-1].argmax(-1)
+            tgt = labels[:, 1:]
+            mask = tgt != IGNORE_INDEX
+            hits += int(((pred == tgt) | ~mask).all(1).sum())
+    return hits / max(len(examples), 1)
+
+
+def pretrain_grounding(bundle: Any, cfg: GroundingConfig, progress: bool = True) -> dict[str, Any]:
+    """Train all of ``bundle.model`` through the stages; returns held-out accuracy per stage (chance 0.5).
+
+    The model is left in eval mode with every parameter trainable."""
+    import torch
+
+    from agents.vlm import collate, training_example
+
+    model = bundle.model
+    for p in model.parameters():
+        p.requires_grad_(True)
+    image_size = int(bundle.image_size or 64)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    rng = np.random.default_rng(cfg.seed)
+    history = []
+    for stage, (size, objects, dim) in enumerate(cfg.stages):
+        data = make_grounding_set(cfg.samples_per_stage, size, image_size, objects, cfg.seed * 1000 + stage, dim)
+        held = make_grounding_set(200, size, image_size, objects, cfg.seed * 1000 + 500 + stage, dim)
+        train_ex = [training_example(bundle, im, q, a) for im, q, a in data]
+        held_ex = [training_example(bundle, im, q, a) for im, q, a in held]
+        model.train()
+        losses = []
+        bar = tqdm(range(cfg.steps_per_stage), desc=f"grounding {size}px x{objects}", disable=not progress, leave=False)
+        for _ in bar:
+            idx = rng.choice(len(train_ex), size=min(cfg.batch_size, len(train_ex)), replace=False)
+            loss = model(**collate(bundle, [train_ex[i] for i in idx])).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        acc = _accuracy(bundle, held_ex, cfg.batch_size)
+        loss_tail = float(np.mean(losses[-20:])) if losses else math.nan
+        history.append({"size": size, "objects": objects, "distractor_brightness": dim, "accuracy": round(acc, 3),
+                        "loss": round(loss_tail, 4)})
+        log.info("grounding stage %d (%d px x %d): held-out accuracy %.3f, loss %.3f", stage, size, objects, acc,
+                 loss_tail)
+    model.eval()
+    return {"stages": history, "final_accuracy": history[-1]["accuracy"] if history else math.nan}
