@@ -199,6 +199,7 @@ def write_report(res: dict[str, Any], docs: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    docs.mkdir(parents=True, exist_ok=True)
     pre = res["vqa_pretrained"]
     lines = ["# VLM2VLA at small scale (benchmarks/vlm2vla.py, full mode)", "",
              f"Tiny PaliGemma pre-trained on generated scene VQA: held-out accuracy {pre['accuracy']:.3f} "
