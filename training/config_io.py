@@ -1,27 +1,17 @@
-"""Reading YAML configs for the ``allday`` commands: the top-level mapping of a file, and ``key=value``
-overrides (values parsed as YAML; dotted keys reach into nested mappings: ``tiny.patch_size=8``)."""
+"""Reading YAML configs for the ``allday`` commands: the top-level mapping of a file (``agents.core.config``,
+shared with the ROS bringup), and ``key=value`` overrides (values parsed as YAML; dotted keys reach into nested
+mappings: ``tiny.patch_size=8``)."""
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from agents.core.config import read_yaml_mapping
 
-def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
-    """The top-level mapping of the YAML file ``path``; FileNotFoundError / ValueError naming ``what``."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{what} not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{p}: not valid YAML ({exc})") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{p}: top level must be a mapping of {what} fields")
-    return data
+__all__ = ["apply_overrides", "read_yaml_mapping"]
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

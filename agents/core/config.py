@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -44,3 +45,19 @@ def check_numbers(obj: Any, ranges: dict[str, tuple[float, float]], owner: str =
         v = getattr(obj, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
             raise ValueError(f"{owner}{name} must be a number in [{lo}, {hi}], got {v!r}")
+
+
+def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
+    """The top-level mapping of the YAML file ``path``; FileNotFoundError / ValueError naming ``what``."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{p}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: top level must be a mapping of {what} fields")
+    return data

@@ -11,9 +11,9 @@ generated images of coloured squares, questions about where a named square is ("
 on?", "is the blue square at the top or the bottom?"), in stages of shrinking object size.
 
 The default stages show one square per image. With two equally bright squares the question also needs the
-colour word bound to the right square; that is a second plateau this curriculum does not cross (measured: after
-the single-square stages, two squares at 24 px stay at 0.56-0.72 held-out accuracy; with the other square dimmed
-the model answers "the brightest one", which is not binding). ``stages`` accepts such settings for experiments.
+colour word bound to the right square; that is a second plateau this curriculum does not cross (measured: with the
+other square dimmed the model answers "the brighter one"; brightening it in steps 0.65 / 0.8 / 0.9 / 1.0 gives
+0.90 / 0.73 / 0.82 / chance). ``stages`` accepts such settings for experiments.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from agents.core.config import read_yaml_mapping
 
 log = logging.getLogger("allday_ros.bringup")
 EXECUTABLES = ("sim_node", "vln_node", "vla_node", "recorder", "manip_sim_node")
@@ -53,13 +53,8 @@ class BringupConfig:
     @classmethod
     def load(cls, path: str | Path) -> "BringupConfig":
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"bringup config {path} not found")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not valid YAML: {exc}") from None
-        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not data["nodes"]:
+        data = read_yaml_mapping(path, "bringup config")
+        if not isinstance(data.get("nodes"), list) or not data["nodes"]:
             raise ValueError(f"{path}: expected a mapping with a non-empty 'nodes' list")
         params = data.get("params_file")
         params_path = (path.parent / params).resolve() if params else None
