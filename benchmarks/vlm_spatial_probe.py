@@ -126,8 +126,12 @@ def table(results: dict, mode: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="sizes 24 -> 8 px, 150 steps per size (< 1 minute)")
+    p.add_argument("--quick", action="store_true",
+                   help="sizes 24 -> 8 px, 150 steps per size (< 1 minute; a smoke run: too short to show the "
+                        "curriculum effect reliably)")
     p.add_argument("--stage-steps", type=int, default=None, help="curriculum steps per size (default: the mode's)")
+    p.add_argument("--sizes", default=None, help="curriculum square sizes in px, comma-separated (default: the mode's)")
+    p.add_argument("--direct", default=None, help="sizes also trained directly, comma-separated (default: the mode's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--progress", action="store_true", help="show progress bars")
     p.add_argument("--out", default=None, help="where full mode writes vlm_spatial_probe.{json,md} (default docs/)")
@@ -144,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         if a.stage_steps < 1:
             p.error("--stage-steps must be >= 1")
         mode["stage_steps"] = a.stage_steps
+    for key in ("sizes", "direct"):
+        if getattr(a, key):
+            try:
+                mode[key] = [int(v) for v in getattr(a, key).split(",")]
+            except ValueError:
+                p.error(f"--{key} must be comma-separated integers")
+    if not set(mode["direct"]) <= set(mode["sizes"]) or not all(1 <= v <= 32 for v in mode["sizes"]):
+        p.error("--direct sizes must be among --sizes, and sizes in 1..32 px")
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="spatial_probe_") as tmp:
         results = run(mode, Path(tmp), a.seed, a.progress)
