@@ -1,5 +1,6 @@
-"""The spatial probe benchmark in --quick mode with a 3-size curriculum of 250 steps per size (slow, ~2 min): the vision features hold the square's side, the VLM
-fine-tuned on 8 px squares alone stays near chance, the size curriculum learns them."""
+"""The spatial probe benchmark (--quick, 3-size curriculum, 250 steps per size; slow, ~2 min): the vision
+features hold the square's side, the VLM fine-tuned on 8 px squares alone stays near chance, the size curriculum
+learns them."""
 
 import json
 import subprocess
