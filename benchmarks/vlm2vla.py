@@ -70,7 +70,7 @@ def pretrain_vqa(out: Path, corpus: list[str], train: list[Any], m: dict[str, An
     if m.get("grounding"):
         from training.vlm import GroundingConfig, pretrain_grounding
 
-        stages = [[max(1, s * m["image"] // 64), n, b] for s, n, b in GroundingConfig().stages]
+        stages = [[max(1, s * m["image"] // 64), n, b, t] for s, n, b, t in GroundingConfig().stage_list()]
         g = pretrain_grounding(bundle, GroundingConfig(stages=stages, seed=seed), progress=progress)
         log.info("grounding pre-training: %s", g["stages"])
     for p in bundle.model.parameters():

@@ -27,6 +27,20 @@ def test_answers_follow_the_asked_square(objects: int) -> None:
         assert abs(centre - 16) >= 1.5, "never ambiguous"
 
 
+def test_colour_tasks_name_the_right_square() -> None:
+    for img, question, answer in make_grounding_set(30, size=6, image_size=32, objects=1, seed=2, task="colour"):
+        assert question == "what colour is the square?" and _mask(img, COLOURS[answer]).sum() == 36
+    for img, question, answer in make_grounding_set(30, size=6, image_size=32, objects=2, seed=2, task="colour_at"):
+        side = question.split()[-1].rstrip("?")
+        half = img[:, :16] if side == "left" else img[:, 16:]
+        other = img[:, 16:] if side == "left" else img[:, :16]
+        assert _mask(half, COLOURS[answer]).sum() == 36 and _mask(other, COLOURS[answer]).sum() == 0
+    with pytest.raises(ValueError, match="needs 2 object"):
+        make_grounding_set(1, size=6, image_size=32, objects=1, task="colour_at")
+    with pytest.raises(ValueError, match="task must be one of"):
+        make_grounding_set(1, size=6, image_size=32, task="count")
+
+
 def test_distractors_are_dimmed() -> None:
     for img, question, _ in make_grounding_set(20, size=8, image_size=64, objects=2, seed=1, distractor_brightness=0.5):
         asked = next(c for c in COLOURS if f" {c} " in question)
@@ -34,7 +48,8 @@ def test_distractors_are_dimmed() -> None:
         assert len(others) == 1 and _mask(img, COLOURS[asked]).sum() == 64
 
 
-@pytest.mark.parametrize("bad", [[], [[24, 1]], [[0, 1, 1.0]], [[8, 9, 1.0]], [[8, 1, 1.5]], [[8.0, 1, 1.0]]])
+@pytest.mark.parametrize("bad", [[], [[24, 1]], [[0, 1, 1.0]], [[8, 9, 1.0]], [[8, 1, 1.5]], [[8.0, 1, 1.0]],
+                                 [[8, 2, 1.0, "colour"]], [[8, 1, 1.0, "colour_at"]], [[8, 1, 1.0, "count"]]])
 def test_config_rejects_bad_stages(bad: list) -> None:
     with pytest.raises(ValueError, match="stages"):
         GroundingConfig(stages=bad)
@@ -46,6 +61,8 @@ def test_config_rejects_bad_numbers_and_sizes() -> None:
     with pytest.raises(ValueError, match="object size"):
         make_grounding_set(1, size=20, image_size=32)
     assert GroundingConfig.from_dict(GroundingConfig().to_dict()) == GroundingConfig()
+    assert GroundingConfig(stages=[[8, 1, 1.0]]).stage_list() == [(8, 1, 1.0, "where")]
+    assert GroundingConfig(stages=[[8, 2, 1.0, "colour_at"]]).stage_list() == [(8, 2, 1.0, "colour_at")]
 
 
 def test_micro_vlm_learns_to_localise(tmp_path) -> None:
