@@ -80,15 +80,25 @@ def sample_episode(house: House, grid: OccupancyGrid, rng: np.random.Generator, 
     motion = motion or MotionSpec()
     follower = ShortestPathFollower(grid, motion)
     free_rows, free_cols = np.nonzero(grid.navigable)
+    free_x = grid.origin[0] + (free_cols + 0.5) * grid.resolution  # the cells' centres, as grid.to_world gives them
+    free_y = grid.origin[1] + (free_rows + 0.5) * grid.resolution
     for _ in range(cfg.tries_per_episode):
         item = house.furniture[int(rng.integers(0, len(house.furniture)))]
         goal = _goal_point(grid, item, cfg.goal_offset, rng)
         if goal is None:
             continue
-        k = int(rng.integers(0, len(free_rows)))
+        if cfg.same_room:  # draw the start among the free cells of the goal object's room
+            room = house.rooms[item.room]
+            inside = (free_x >= room.x0) & (free_x <= room.x1) & (free_y >= room.y0) & (free_y <= room.y1)
+            cells = np.flatnonzero(inside)
+            if len(cells) == 0:
+                continue
+            k = int(cells[int(rng.integers(0, len(cells)))])
+        else:
+            k = int(rng.integers(0, len(free_rows)))
         sx, sy = grid.to_world(int(free_rows[k]), int(free_cols[k]))
         if cfg.same_room and getattr(house.room_at(sx, sy), "index", None) != item.room:
-            continue
+            continue  # a cell on a wall line shared with a room listed earlier
         d = grid.geodesic(sx, sy, *goal)
         if not (cfg.min_distance <= d <= cfg.max_distance):
             continue

@@ -204,8 +204,7 @@ def test_same_room_episodes_start_in_the_goal_room():
 
     scenes = scene_list(1)
     eps, _, _ = generate_episodes(scenes, 4, seed=1, progress=False,
-                                  cfg=EpisodeGenConfig(min_distance=1.0, max_distance=4.0, same_room=True,
-                                                       tries_per_episode=4000))
+                                  cfg=EpisodeGenConfig(min_distance=1.0, max_distance=4.0, same_room=True))
     house = generate_house(scenes[0][1], scenes[0][0])
     from sim.core.frames import habitat_to_mj
 
