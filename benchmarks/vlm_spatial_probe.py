@@ -29,10 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 log = logging.getLogger("vlm_spatial_probe")
 
-#: tiny backbone of the navigator benchmarks (LM 128 x 3, SigLIP 96 x 2)
-SIZES = {"hidden_size": 128, "num_layers": 3, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 384,
-         "vision_hidden_size": 96, "vision_layers": 2, "vision_heads": 4, "vision_intermediate_size": 192,
-         "bpe_vocab_size": 300}
+from training.vln.config import TINY_BACKBONE  # noqa: E402 - after the sys.path insert
+
+#: the navigator's tiny backbone (LM 128 x 3, SigLIP 96 x 2; training.vln.config.TINY_BACKBONE) with a smaller
+#: tokenizer for the few question words
+SIZES = {**TINY_BACKBONE, "bpe_vocab_size": 300}
 MODES = {"quick": {"sizes": [24, 8], "direct": [8], "stage_steps": 150, "batch": 16, "patch": 16, "train": 800},
          "full": {"sizes": [24, 16, 12, 8, 6], "direct": [24, 8, 6], "stage_steps": 300, "batch": 32, "patch": 16,
                   "train": 2000}}
@@ -110,7 +111,8 @@ def run(mode: dict, work: Path, seed: int = 0, progress: bool = False) -> dict:
 
 
 def table(results: dict, mode: dict) -> str:
-    lines = [f"Tiny random-init PaliGemma (LM 128 x 3, SigLIP 96 x 2, patch {mode['patch']}: 16 image tokens), 64 px "
+    lines = [f"Tiny random-init PaliGemma (LM 128 x 3, SigLIP 96 x 2, patch {mode['patch']}: "
+             f"{(64 // mode['patch']) ** 2} image tokens), 64 px "
              f"images with one coloured square, side / top-bottom questions (chance 0.50), {mode['train']} training "
              f"and 200 held-out images per size, batch {mode['batch']}, lr 1e-3. Curriculum: "
              f"{mode['stage_steps']} steps per size from the largest down; direct: {results['total_steps']} steps on "

@@ -48,6 +48,20 @@ LOCALISE = [[24, 1, 1.0, "where"], [16, 1, 1.0, "where"], [12, 1, 1.0, "where"],
             [6, 1, 1.0, "where"]]
 
 
+def _stage(st: Any) -> tuple[int, int, float, str] | None:
+    """A stage entry as (size, objects, distractor brightness, task), or None when it is malformed."""
+    if not isinstance(st, (list, tuple)) or len(st) not in (3, 4):
+        return None
+    size, objects, dim, task = (*st, "where") if len(st) == 3 else st
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in (size, objects)) or not isinstance(dim, (int, float)):
+        return None
+    if size < 1 or not 1 <= objects <= len(COLOURS) or not 0.0 <= dim <= 1.0 or task not in TASKS:
+        return None
+    if task != "where" and objects != (1 if task == "colour" else 2):
+        return None
+    return size, objects, float(dim), task
+
+
 @dataclass
 class GroundingConfig:
     """``stages`` of ``[object size px, squares per image, distractor brightness, task]`` (``task`` one of
@@ -65,20 +79,14 @@ class GroundingConfig:
         check_ints(self, {"steps_per_stage": (0, 10**6), "samples_per_stage": (8, 10**6),
                           "batch_size": (1, 4096), "seed": (0, 2**31 - 1)}, "GroundingConfig.")
         check_numbers(self, {"lr": (1e-8, 1.0)}, "GroundingConfig.")
-        ok = isinstance(self.stages, list) and bool(self.stages) and all(
-            isinstance(st, (list, tuple)) and len(st) in (3, 4) and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                        for v in st[:2])
-            and st[0] >= 1 and 1 <= st[1] <= len(COLOURS) and isinstance(st[2], (int, float))
-            and 0.0 <= st[2] <= 1.0 and (len(st) == 3 or st[3] in TASKS)
-            and (len(st) == 3 or st[3] == "where" or st[1] == (1 if st[3] == "colour" else 2)) for st in self.stages)
-        if not ok:
+        if not isinstance(self.stages, list) or not self.stages or any(_stage(st) is None for st in self.stages):
             raise ValueError(f"GroundingConfig.stages must be a non-empty list of [size >= 1, objects in 1.."
                              f"{len(COLOURS)}, distractor brightness in [0, 1], task in {TASKS} (colour: 1 object, "
                              f"colour_at: 2)], got {self.stages!r}")
 
     def stage_list(self) -> list[tuple[int, int, float, str]]:
         """The stages as (size, objects, distractor brightness, task)."""
-        return [(int(st[0]), int(st[1]), float(st[2]), str(st[3]) if len(st) == 4 else "where") for st in self.stages]
+        return [_stage(st) for st in self.stages]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GroundingConfig":
