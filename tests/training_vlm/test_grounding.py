@@ -35,8 +35,16 @@ def test_colour_tasks_name_the_right_square() -> None:
         half = img[:, :16] if side == "left" else img[:, 16:]
         other = img[:, 16:] if side == "left" else img[:, :16]
         assert _mask(half, COLOURS[answer]).sum() == 36 and _mask(other, COLOURS[answer]).sum() == 0
+    for img, question, answer in make_grounding_set(30, size=6, image_size=32, objects=2, seed=4, task="side_of"):
+        colour = next(c for c in COLOURS if f" {c} " in question)
+        asked, half = _mask(img, COLOURS[colour]), slice(0, 16) if answer == "left" else slice(16, 32)
+        assert asked.sum() == 36 and asked[:, half].sum() == 36, "the named square is on the answered side"
+        others = [c for c in COLOURS if c != colour and _mask(img, COLOURS[c]).sum() == 36]
+        assert len(others) == 1 and _mask(img, COLOURS[others[0]])[:, half].sum() == 0, "the other is opposite"
     with pytest.raises(ValueError, match="needs 2 object"):
         make_grounding_set(1, size=6, image_size=32, objects=1, task="colour_at")
+    with pytest.raises(ValueError, match="needs 2 object"):
+        make_grounding_set(1, size=6, image_size=32, objects=3, task="side_of")
     with pytest.raises(ValueError, match="task must be one of"):
         make_grounding_set(1, size=6, image_size=32, task="count")
 
@@ -49,7 +57,8 @@ def test_distractors_are_dimmed() -> None:
 
 
 @pytest.mark.parametrize("bad", [[], [[24, 1]], [[0, 1, 1.0]], [[8, 9, 1.0]], [[8, 1, 1.5]], [[8.0, 1, 1.0]],
-                                 [[8, 2, 1.0, "colour"]], [[8, 1, 1.0, "colour_at"]], [[8, 1, 1.0, "count"]]])
+                                 [[8, 2, 1.0, "colour"]], [[8, 1, 1.0, "colour_at"]], [[8, 1, 1.0, "count"]],
+                                 [[8, 3, 1.0, "side_of"]]])
 def test_config_rejects_bad_stages(bad: list) -> None:
     with pytest.raises(ValueError, match="stages"):
         GroundingConfig(stages=bad)
@@ -63,6 +72,11 @@ def test_config_rejects_bad_numbers_and_sizes() -> None:
     assert GroundingConfig.from_dict(GroundingConfig().to_dict()) == GroundingConfig()
     assert GroundingConfig(stages=[[8, 1, 1.0]]).stage_list() == [(8, 1, 1.0, "where")]
     assert GroundingConfig(stages=[[8, 2, 1.0, "colour_at"]]).stage_list() == [(8, 2, 1.0, "colour_at")]
+    bind = GroundingConfig(stages="bind")
+    assert bind.stage_list()[0] == (24, 1, 1.0, "colour") and bind.stage_list()[-1] == (12, 2, 1.0, "side_of")
+    assert GroundingConfig.from_dict(bind.to_dict()) == bind
+    with pytest.raises(ValueError, match="unknown preset 'binding'"):
+        GroundingConfig(stages="binding")
 
 
 def test_micro_vlm_learns_to_localise(tmp_path) -> None:

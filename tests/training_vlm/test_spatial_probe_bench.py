@@ -1,6 +1,6 @@
-"""The spatial probe benchmark (--quick, 3-size curriculum, 250 steps per size; slow, ~2 min): the vision
+"""The spatial probe benchmark. Slow (--quick, 3-size curriculum, 250 steps per size, ~2 min): the vision
 features hold the square's side, the VLM fine-tuned on 8 px squares alone stays near chance, the size curriculum
-learns them."""
+learns them. Fast: the binding mode's command line and summary line."""
 
 import json
 import subprocess
@@ -22,3 +22,15 @@ def test_quick_probe_shows_the_curriculum_effect():
     assert last["probe_flat"]["8"] >= 0.8  # the information is in the random-init features
     assert last["direct"]["8"] <= 0.65  # ... but fine-tuning on small squares alone does not find it
     assert last["curriculum"]["8"] >= last["direct"]["8"] + 0.1  # large squares first does
+
+
+def test_binding_mode_reports_every_seed_and_validates_arguments():
+    cmd = [sys.executable, str(ROOT / "benchmarks/vlm_spatial_probe.py"), "--quick", "--threads", "1", "--binding"]
+    proc = subprocess.run(cmd + ["--bind-steps", "2", "--bind-seeds", "3"], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert last["task"] == "bind" and last["steps_per_stage"] == 2 and set(last["final"]) == {"3"}
+    assert all(0.0 <= v <= 1.0 for v in last["final"].values())
+    bad = subprocess.run(cmd + ["--bind-steps", "0"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "--bind-steps must be >= 1" in bad.stderr
