@@ -143,6 +143,17 @@ def test_yaml_overrides_and_unknown_keys(tmp_path):
         VLNTrainConfig.from_yaml(p, ["steps"])
 
 
+@pytest.mark.parametrize("name", ["base", "tiny", "same_room"])
+def test_shipped_configs_load(name):
+    from pathlib import Path
+
+    c = VLNTrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "vln" / f"{name}.yaml")
+    assert c.agent_config().num_future_steps == 4
+    if name == "same_room":  # the diagnostic run: bind-grounded 16-token backbone, current frame only
+        assert c.same_room and c.tiny["patch_size"] == 16 and c.agent_config().num_history == 0
+        assert c.grounding_config().stage_list()[-1] == (12, 2, 1.0, "side_of")
+
+
 def test_unknown_scene_ids(cfg):
     from training.vln.navigator import make_episodes
 

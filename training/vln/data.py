@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,8 +52,10 @@ def teacher_actions(env: MujocoNavEnv, k: int) -> list[NavAction]:
 
 def collect(env: MujocoNavEnv, episode_indices: Sequence[int], cfg: VLNAgentConfig, image_size: int,
             policy: AlldayWalkerPolicy | None = None, beta: float = 1.0, seed: int = 0, condition: str | None = None,
-            task_ids: tuple[int, int] = (0, 0), progress: bool = False, keep_frames: bool = False) -> list[Sample]:
-    """Roll out episodes and label every visited state with the teacher.
+            task_ids: tuple[int, int] = (0, 0), progress: bool = False, keep_frames: bool = False,
+            on_state: Callable[[MujocoNavEnv], None] | None = None) -> list[Sample]:
+    """Roll out episodes and label every visited state with the teacher (``on_state(env)`` is called at each one,
+    before its sample is added).
 
     ``policy=None`` or ``beta=1``: the teacher drives (behaviour cloning). Otherwise DAgger: at each step the
     teacher's action is executed with probability ``beta`` and the learner's otherwise; all states are labelled.
@@ -77,6 +79,8 @@ def collect(env: MujocoNavEnv, episode_indices: Sequence[int], cfg: VLNAgentConf
         while not done:
             frames.appendleft(obs["rgb"])
             teacher = teacher_actions(env, cfg.num_future_steps)
+            if on_state is not None:
+                on_state(env)
             out.append(Sample(tile_frames(list(frames), cfg.num_history, image_size),
                               build_prompt(obs["instruction"], prev, cfg), format_actions(teacher), *task_ids,
                               frame=obs["rgb"] if keep_frames else None))

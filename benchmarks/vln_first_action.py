@@ -1,0 +1,152 @@
+#!/usr/bin/env python
+"""Does a trained navigator use what it sees? First-action accuracy on held-out teacher states, split by view.
+
+For a run of ``allday train vln`` (``--run DIR``: its ``model/`` and the config saved in ``metrics.json``), the
+shortest-path follower drives the config's held-out episodes; at every state the navigator sees what it would see
+(frames, instruction, past actions as its config says) and its greedy first action word is compared with the
+teacher's. States are split by whether the goal point lies inside the camera's horizontal field of view: with the
+goal in view the right action follows from the image; out of view it follows only from the instruction and the
+history. Each split is reported against its majority action (what a blind policy could score).
+
+``--quick``: an untrained tiny backbone on two held-out episodes, a smoke run of the measurement (< 1 minute).
+Last stdout line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+log = logging.getLogger("vln_first_action")
+
+
+def goal_bearing_deg(env: Any) -> float:
+    """Angle from the camera's heading to the episode's goal point, degrees in (-180, 180], CCW positive."""
+    from sim.core.frames import habitat_to_mj, theta_to_phi
+
+    x, y, _ = habitat_to_mj(env.pose.position)
+    gx, gy, _ = habitat_to_mj(env.episode.goals[0].position)
+    d = math.atan2(gy - y, gx - x) - theta_to_phi(env.pose.heading)
+    return math.degrees(math.atan2(math.sin(d), math.cos(d)))
+
+
+def teacher_states(cfg: Any, episodes: int | None = None, progress: bool = False) -> tuple[list[Any], list[bool]]:
+    """Samples of the follower's held-out rollouts (``training.vln.data.collect``) and, per sample, whether the goal
+    was in the field of view."""
+    from training.vln.data import collect
+    from training.vln.navigator import make_env, make_episodes
+
+    eps, gts = make_episodes(cfg, "eval")
+    eps = eps[:episodes] if episodes else eps
+    env = make_env(cfg, "normal", eps, gts)
+    half_fov = env.config.hfov_deg / 2
+    in_view: list[bool] = []
+    try:
+        samples = collect(env, range(len(eps)), cfg.agent_config(), cfg.image_size, progress=progress,
+                          on_state=lambda e: in_view.append(abs(goal_bearing_deg(e)) < half_fov))
+    finally:
+        env.close()
+    return samples, in_view
+
+
+def first_action_hits(bundle: Any, cfg: Any, samples: list[Any], batch_size: int = 32) -> list[bool]:
+    """Per sample: is the navigator's arg-max first answer token the teacher's?"""
+    import torch
+
+    from agents.vln.processor_vln import VLNProcessor
+    from training.vln.trainer import make_batch
+
+    vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.image_size, cfg.agent_config())
+    hits: list[bool] = []
+    bundle.model.eval()
+    with torch.no_grad():
+        for i in range(0, len(samples), batch_size):
+            chunk = samples[i:i + batch_size]
+            batch = make_batch(vproc, chunk)
+            labels = batch.pop("labels")
+            logits = bundle.model(**batch).logits
+            for r in range(len(chunk)):
+                pos = int((labels[r] != -100).nonzero()[0])
+                hits.append(bool(logits[r, pos - 1].argmax() == labels[r, pos]))
+    return hits
+
+
+def split_report(samples: list[Any], hits: list[bool], in_view: list[bool]) -> dict[str, Any]:
+    """Accuracy, majority-action accuracy and teacher action counts, overall and per view split."""
+    out: dict[str, Any] = {}
+    for name, keep in (("all", lambda v: True), ("goal_in_view", bool), ("goal_out_of_view", lambda v: not v)):
+        idx = [k for k, v in enumerate(in_view) if keep(v)]
+        if not idx:
+            out[name] = {"states": 0}
+            continue
+        counts = Counter(samples[k].target.split()[0] for k in idx)
+        out[name] = {"states": len(idx), "accuracy": round(sum(hits[k] for k in idx) / len(idx), 3),
+                     "majority": round(max(counts.values()) / len(idx), 3), "teacher": dict(counts)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--run", default=None, help="an `allday train vln` output directory (model/ + metrics.json)")
+    p.add_argument("--quick", action="store_true", help="untrained tiny backbone, 2 held-out episodes (smoke run)")
+    p.add_argument("--episodes", type=int, default=0, help="use only the first N held-out episodes (0 = all)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--progress", action="store_true", help="show progress bars")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(message)s")
+    if not a.quick and not a.run:
+        p.error("give --run DIR (a trained navigator) or --quick")
+    if a.episodes < 0:
+        p.error("--episodes must be >= 0")
+    import torch
+
+    from agents.vlm.bundle import load_vlm
+    from training.vln.config import VLNTrainConfig
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="vln_first_action_") as tmp:
+        if a.quick:
+            from training.vln.navigator import build_backbone
+
+            cfg = VLNTrainConfig(n_scenes=1, episodes_per_scene=1, eval_per_scene=2, same_room=True, min_distance=1.0,
+                                 max_distance=3.0, max_steps=12, agent={"num_history": 0, "num_future_steps": 4})
+            model_dir = build_backbone(cfg, Path(tmp) / "backbone", ["go to the sofa"])
+            episodes = 2
+        else:
+            run = Path(a.run)
+            metrics, model_dir = run / "metrics.json", run / "model"
+            if not metrics.is_file() or not (model_dir / "config.json").is_file():
+                p.error(f"{run} is not a finished `allday train vln` run (needs metrics.json and model/)")
+            try:
+                cfg = VLNTrainConfig.from_dict(json.loads(metrics.read_text())["config"])
+            except (json.JSONDecodeError, KeyError) as exc:
+                p.error(f"{metrics}: no readable config ({exc})")
+            episodes = a.episodes or None
+        samples, in_view = teacher_states(cfg, episodes, a.progress)
+        hits = first_action_hits(load_vlm(model_dir), cfg, samples)
+    report = split_report(samples, hits, in_view)
+    for name, r in report.items():
+        log.info("%s: %s", name, r)
+    print(json.dumps({"benchmark": "vln_first_action", "mode": "quick" if a.quick else "run",
+                      "run": a.run, "seconds": round(time.time() - t0, 1), **report}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
