@@ -158,6 +158,15 @@ def table(results: dict, mode: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_results(out_dir: str | None, stem: str, mode: dict, results: dict, text: str) -> None:
+    """``<stem>.json`` and ``<stem>.md`` in ``out_dir`` (default ``docs/``); the table also goes to stdout."""
+    out = Path(out_dir) if out_dir else ROOT / "docs"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps({"mode": mode, **results}, indent=1))
+    (out / f"{stem}.md").write_text(text)
+    print(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -204,11 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="binding_") as tmp:
             results = run_binding(mode, Path(tmp), a.progress)
         if not a.quick:
-            out = Path(a.out) if a.out else ROOT / "docs"
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "vlm_binding.json").write_text(json.dumps({"mode": mode, **results}, indent=1))
-            (out / "vlm_binding.md").write_text(binding_table(results, mode))
-            print(binding_table(results, mode))
+            write_results(a.out, "vlm_binding", mode, results, binding_table(results, mode))
         print(json.dumps({"benchmark": "vlm_spatial_probe", "task": "bind", "mode": "quick" if a.quick else "full",
                           "seconds": round(time.time() - t0, 1), "steps_per_stage": mode["bind_steps"],
                           "final": {k: v[-1] for k, v in results["seeds"].items()}}))
@@ -216,11 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="spatial_probe_") as tmp:
         results = run(mode, Path(tmp), a.seed, a.progress)
     if not a.quick:
-        out = Path(a.out) if a.out else ROOT / "docs"
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "vlm_spatial_probe.json").write_text(json.dumps({"mode": mode, **results}, indent=1))
-        (out / "vlm_spatial_probe.md").write_text(table(results, mode))
-        print(table(results, mode))
+        write_results(a.out, "vlm_spatial_probe", mode, results, table(results, mode))
     sizes = results["sizes"]
     summary = {"benchmark": "vlm_spatial_probe", "mode": "quick" if a.quick else "full",
                "seconds": round(time.time() - t0, 1), "total_steps": results["total_steps"],
