@@ -117,6 +117,16 @@ def grounding_corpus() -> list[str]:
     return texts + [" ".join(a for _, ans in QUESTIONS.values() for a in ans)]
 
 
+def _background(rng: np.random.Generator, image_size: int) -> np.ndarray:
+    """A dark noisy image (values 0..69) for the squares to be drawn on."""
+    return (rng.random((image_size, image_size, 3)) * 70).astype(np.uint8)
+
+
+def _margin(size: int) -> float:
+    """How far (px) an asked square's centre stays from the dividing line, so that no answer is ambiguous."""
+    return max(1.0, size / 4)
+
+
 def _place(rng: np.random.Generator, size: int, image: int, taken: list[tuple[int, int]]) -> tuple[int, int] | None:
     for _ in range(50):
         x, y = (int(v) for v in rng.integers(0, image - size + 1, size=2))
@@ -130,14 +140,13 @@ def _colour_set(n: int, size: int, image_size: int, objects: int, rng: np.random
     """``colour`` (one square: its colour), ``colour_at`` (two squares in opposite halves: the colour of the one
     on the named side) and ``side_of`` (the same images: the side of the named colour)."""
     names = list(COLOURS)
-    margin = max(1.0, size / 4)
     out: list[tuple[np.ndarray, str, str]] = []
     while len(out) < n:
-        img = (rng.random((image_size, image_size, 3)) * 70).astype(np.uint8)
+        img = _background(rng, image_size)
         colours = rng.choice(len(names), size=objects, replace=False)
         halves = rng.permutation(2)[:objects]
         xs = [int(rng.integers(0, image_size // 2 - size + 1)) + int(h) * image_size // 2 for h in halves]
-        if any(abs(x + size / 2 - image_size / 2) < margin for x in xs):
+        if any(abs(x + size / 2 - image_size / 2) < _margin(size) for x in xs):
             continue
         for x, ci in zip(xs, colours):
             y = int(rng.integers(0, image_size - size + 1))
@@ -173,7 +182,7 @@ def make_grounding_set(n: int, size: int, image_size: int, objects: int = 2, see
     names = list(COLOURS)
     out: list[tuple[np.ndarray, str, str]] = []
     while len(out) < n:
-        img = (rng.random((image_size, image_size, 3)) * 70).astype(np.uint8)
+        img = _background(rng, image_size)
         colours = rng.choice(len(names), size=objects, replace=False)
         taken: list[tuple[int, int]] = []
         k = int(rng.integers(0, objects))
@@ -188,7 +197,7 @@ def make_grounding_set(n: int, size: int, image_size: int, objects: int = 2, see
             continue
         kind = ("side", "height")[int(rng.integers(0, 2))]
         centre = taken[k][0 if kind == "side" else 1] + size / 2
-        if abs(centre - image_size / 2) < max(1.0, size / 4):
+        if abs(centre - image_size / 2) < _margin(size):
             continue
         question, answers = QUESTIONS[kind]
         out.append((img, question.format(c=names[colours[k]]), answers[int(centre > image_size / 2)]))
