@@ -4,8 +4,10 @@ and a directory that is not a finished run is a clear command-line error."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,6 +21,22 @@ from training.vln.data import Sample  # noqa: E402
 
 def _sample(target: str) -> Sample:
     return Sample(image=None, prompt="go", target=target)
+
+
+def _env_at(goal_xyz: list[float], heading: float = 0.0) -> SimpleNamespace:
+    """A stand-in with the two things goal_bearing_deg reads: the pose and the episode's goal (Habitat frame)."""
+    return SimpleNamespace(pose=SimpleNamespace(position=[0.0, 0.0, 0.0], heading=heading),
+                           episode=SimpleNamespace(goals=[SimpleNamespace(position=goal_xyz)]))
+
+
+def test_goal_bearing_follows_habitat_conventions() -> None:
+    # heading 0 looks along Habitat -z; CCW (to the left) is positive, as in the turn actions
+    assert bench.goal_bearing_deg(_env_at([0.0, 0.0, -2.0])) == pytest.approx(0.0, abs=1e-9)
+    assert bench.goal_bearing_deg(_env_at([-2.0, 0.0, 0.0])) == pytest.approx(90.0)
+    assert bench.goal_bearing_deg(_env_at([2.0, 0.0, 0.0])) == pytest.approx(-90.0)
+    assert abs(bench.goal_bearing_deg(_env_at([0.0, 0.0, 2.0]))) == pytest.approx(180.0)
+    # turned 90 degrees left, the goal that was on the left is straight ahead
+    assert bench.goal_bearing_deg(_env_at([-2.0, 0.0, 0.0], heading=math.pi / 2)) == pytest.approx(0.0, abs=1e-9)
 
 
 def test_split_report_counts_and_majorities() -> None:
