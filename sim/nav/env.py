@@ -13,7 +13,7 @@ from sim.core.episodes import Episode, GroundTruth
 from sim.core.frames import habitat_to_mj, phi_to_theta, theta_to_phi
 from sim.nav.follower import ShortestPathFollower
 from sim.nav.house import House, generate_house, parse_scene_id
-from sim.nav.mjcf import build_mjcf, get_quality
+from sim.nav.mjcf import build_mjcf, get_quality, item_geom_name
 from sim.nav.motion import MotionSpec, apply_action
 from sim.nav.occupancy import OccupancyGrid
 
@@ -103,6 +103,33 @@ class MujocoNavEnv(BaseNavEnv):
         """The shortest-path follower's next action from the current pose (privileged teacher)."""
         x, y, phi = self._mj_pose()
         return self._follower.next_action(x, y, phi, *self._goal_mj)
+
+    def item_masks(self) -> dict[int, np.ndarray]:
+        """Pixel masks (HxW bool, the RGB frame's size) of the furniture items visible from the current pose, keyed
+        by index in ``house.furniture``; items fully hidden or out of view are absent."""
+        if self._renderer is None or self.house is None:
+            raise RuntimeError("no episode loaded; call reset() first")
+        ids = self._renderer.segment(*self._mj_pose())
+        out: dict[int, np.ndarray] = {}
+        for i, item in enumerate(self.house.furniture):
+            mask = ids == self._renderer.geom_id(item_geom_name(i, item))
+            if mask.any():
+                out[i] = mask
+        return out
+
+    def goal_item(self) -> int | None:
+        """Index in ``house.furniture`` of the episode's goal object (``info['goal_object']`` in ``info['goal_room']``,
+        the one nearest the goal point if several match); None if the episode names no object."""
+        info = self.episode.info
+        label, room = info.get("goal_object"), info.get("goal_room")
+        if label is None or self.house is None:
+            return None
+        match = [i for i, it in enumerate(self.house.furniture)
+                 if it.label == label and (room is None or self.house.rooms[it.room].name == room)]
+        if not match:
+            return None
+        gx, gy = self._goal_mj
+        return min(match, key=lambda i: self.house.furniture[i].distance_to(gx, gy))
 
     def close(self) -> None:
         if self._renderer is not None:

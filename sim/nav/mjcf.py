@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.nav.conditions import LightingSpec
+from sim.nav.furniture import FurnitureItem
 from sim.nav.house import House
 
 #: (builtin, rgb1, rgb2, mark, texrepeat) for floors: tiles, parquet-like stripes, carpet noise ...
@@ -49,6 +50,11 @@ def get_quality(name: str) -> RenderQuality:
 
 def _f(*v: float) -> str:
     return " ".join(f"{x:.6g}" for x in v)
+
+
+def item_geom_name(index: int, item: FurnitureItem) -> str:
+    """MuJoCo geom name of the house's ``index``-th furniture item."""
+    return f"item_{index}_{item.colour}_{item.name.replace(' ', '_')}"
 
 
 def build_mjcf(house: House, lighting: LightingSpec, quality: RenderQuality, width: int = 224,
@@ -115,7 +121,7 @@ def build_mjcf(house: House, lighting: LightingSpec, quality: RenderQuality, wid
         a.append(f'<geom name="wall_{i}" type="box" size="{_f(sx, sy, w.height / 2)}" '
                  f'pos="{_f((w.x0 + w.x1) / 2, (w.y0 + w.y1) / 2, w.height / 2)}" material="{mat}"/>')
     for i, it in enumerate(house.furniture):
-        name = f"item_{i}_{it.colour}_{it.name.replace(' ', '_')}"
+        name = item_geom_name(i, it)
         if it.shape == "cylinder":
             a.append(f'<geom name="{name}" type="cylinder" size="{_f(min(it.sx, it.sy), it.height / 2)}" '
                      f'pos="{_f(it.x, it.y, it.height / 2)}" rgba="{_f(*it.rgba)}"/>')

@@ -74,6 +74,24 @@ class NavRenderer:
             d = d.astype(np.float32, copy=False)
         return rgb, d
 
+    def segment(self, x: float, y: float, phi: float) -> np.ndarray:
+        """Per-pixel MuJoCo geom id (HxW int32, -1 where no geom, e.g. the sky) seen from the pose."""
+        self.set_pose(x, y, phi)
+        r = self._renderer
+        r.update_scene(self.data, camera=self.cam_id)
+        r.enable_segmentation_rendering()
+        try:
+            seg = r.render()
+        finally:
+            r.disable_segmentation_rendering()
+        ids = seg[..., 0].astype(np.int32)
+        ids[seg[..., 1] != int(mujoco.mjtObj.mjOBJ_GEOM)] = -1
+        return ids
+
+    def geom_id(self, name: str) -> int:
+        """Geom id of a named geom (-1 if absent)."""
+        return int(mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_GEOM, name))
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
