@@ -204,15 +204,15 @@ def make_grounding_set(n: int, size: int, image_size: int, objects: int = 2, see
     return out
 
 
-def _accuracy(bundle: Any, examples: list[dict[str, Any]], batch_size: int) -> float:
-    """Exact match of the greedy answer (every answer token is the arg-max given the previous ones)."""
+def answer_hits(bundle: Any, examples: list[dict[str, Any]], batch_size: int) -> list[bool]:
+    """Per example: is the greedy answer an exact match (every answer token the arg-max given the previous ones)?"""
     import torch
 
     from agents.vlm import IGNORE_INDEX, collate
 
     model = bundle.model
     model.eval()
-    hits = 0
+    hits: list[bool] = []
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             batch = collate(bundle, examples[i:i + batch_size])
@@ -221,8 +221,36 @@ def _accuracy(bundle: Any, examples: list[dict[str, Any]], batch_size: int) -> f
             pred = logits[:, :-1].argmax(-1)
             tgt = labels[:, 1:]
             mask = tgt != IGNORE_INDEX
-            hits += int(((pred == tgt) | ~mask).all(1).sum())
-    return hits / max(len(examples), 1)
+            hits += [bool(h) for h in ((pred == tgt) | ~mask).all(1)]
+    return hits
+
+
+def _accuracy(bundle: Any, examples: list[dict[str, Any]], batch_size: int) -> float:
+    return sum(answer_hits(bundle, examples, batch_size)) / max(len(examples), 1)
+
+
+def fit_examples(bundle: Any, opt: Any, examples: list[dict[str, Any]], steps: int, batch_size: int,
+                 rng: np.random.Generator, desc: str, progress: bool = True) -> list[float]:
+    """``steps`` optimiser steps on random batches of ``training_example``s (all of ``bundle.model``, grad-norm
+    clipped at 1); returns the losses. Leaves the model in train mode."""
+    import torch
+
+    from agents.vlm import collate
+
+    model = bundle.model
+    model.train()
+    losses: list[float] = []
+    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
+    for _ in bar:
+        idx = rng.choice(len(examples), size=min(batch_size, len(examples)), replace=False)
+        loss = model(**collate(bundle, [examples[i] for i in idx])).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    return losses
 
 
 def pretrain_grounding(bundle: Any, cfg: GroundingConfig, progress: bool = True) -> dict[str, Any]:
@@ -231,7 +259,7 @@ def pretrain_grounding(bundle: Any, cfg: GroundingConfig, progress: bool = True)
     The model is left in eval mode with every parameter trainable."""
     import torch
 
-    from agents.vlm import collate, training_example
+    from agents.vlm import training_example
 
     model = bundle.model
     for p in model.parameters():
@@ -245,19 +273,8 @@ def pretrain_grounding(bundle: Any, cfg: GroundingConfig, progress: bool = True)
         held = make_grounding_set(200, size, image_size, objects, cfg.seed * 1000 + 500 + stage, dim, task)
         train_ex = [training_example(bundle, im, q, a) for im, q, a in data]
         held_ex = [training_example(bundle, im, q, a) for im, q, a in held]
-        model.train()
-        losses = []
-        bar = tqdm(range(cfg.steps_per_stage), desc=f"grounding {task} {size}px x{objects}", disable=not progress,
-                   leave=False)
-        for _ in bar:
-            idx = rng.choice(len(train_ex), size=min(cfg.batch_size, len(train_ex)), replace=False)
-            loss = model(**collate(bundle, [train_ex[i] for i in idx])).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(float(loss.detach()))
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        losses = fit_examples(bundle, opt, train_ex, cfg.steps_per_stage, cfg.batch_size, rng,
+                              f"grounding {task} {size}px x{objects}", progress)
         acc = _accuracy(bundle, held_ex, cfg.batch_size)
         loss_tail = float(np.mean(losses[-20:])) if losses else math.nan
         history.append({"size": size, "objects": objects, "distractor_brightness": dim, "task": task,
