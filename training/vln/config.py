@@ -38,6 +38,7 @@ class VLNTrainConfig:
     vlm_path: str | None = None
     tiny: dict[str, Any] = field(default_factory=lambda: dict(TINY_BACKBONE))
     grounding: dict[str, Any] | None = None
+    scene_grounding: dict[str, Any] | None = None
     image_size: int = 64
     agent: dict[str, Any] = field(default_factory=lambda: {"num_history": 3, "num_future_steps": 4})
     n_scenes: int = 3
@@ -97,6 +98,11 @@ class VLNTrainConfig:
             if big:
                 raise ValueError(f"VLNTrainConfig.grounding: stage sizes {big} px do not fit {self.image_size} px "
                                  f"images (at most {self.image_size // 2})")
+        if self.scene_grounding is not None:
+            if not isinstance(self.scene_grounding, dict):
+                raise ValueError("VLNTrainConfig.scene_grounding must be a mapping of SceneGroundingConfig fields or "
+                                 "null")
+            self.scene_grounding_config()
         if self.vlm_path is None:
             from agents.vlm.config import TinyVLMConfig
 
@@ -109,6 +115,14 @@ class VLNTrainConfig:
         from training.vlm.grounding import GroundingConfig
 
         return GroundingConfig.from_dict(dict(self.grounding))
+
+    def scene_grounding_config(self) -> Any:
+        """Scene-question pre-training on the simulator's frames (``training.vln.SceneGroundingConfig``), or None."""
+        if self.scene_grounding is None:
+            return None
+        from training.vln.scene_grounding import SceneGroundingConfig
+
+        return SceneGroundingConfig.from_dict(dict(self.scene_grounding))
 
     def agent_config(self) -> VLNAgentConfig:
         return VLNAgentConfig.from_dict(dict(self.agent))

@@ -76,24 +76,32 @@ def evaluate_policy(policy: Any, cfg: VLNTrainConfig, episodes: list[Episode], g
 
 # ------------------------------------------------------------------------------------------------ backbone
 def build_backbone(cfg: VLNTrainConfig, out_dir: Path, corpus: list[str]) -> Path:
-    """The VLM directory to start from: ``cfg.vlm_path`` or a tiny random-weight model built into ``out_dir``
-    (grounding-pre-trained there when ``cfg.grounding`` is set)."""
+    """The VLM directory to start from: ``cfg.vlm_path`` as given, or a tiny random-weight model built into
+    ``out_dir``, then pre-trained there on generated squares (``cfg.grounding``) and on scene questions about the
+    simulator's frames (``cfg.scene_grounding``) when set; their held-out results go to ``out_dir/grounding.json``."""
     if cfg.vlm_path is not None:
         return Path(cfg.vlm_path)
     from agents.vlm.bundle import build_tiny_vlm, load_vlm
     from training.vlm.grounding import grounding_corpus, pretrain_grounding
+    from training.vln.scene_grounding import pretrain_scene_grounding, scene_grounding_corpus
 
     words = ["forward left right stop past: next: none."]
-    grounding = cfg.grounding_config()
+    grounding, scene = cfg.grounding_config(), cfg.scene_grounding_config()
+    extra = (grounding_corpus() if grounding else []) + (scene_grounding_corpus() if scene else [])
     path = build_tiny_vlm(out_dir, family=cfg.family, image_size=cfg.image_size, overwrite=True,
-                          corpus=words + corpus[:400] + (grounding_corpus() if grounding else []), seed=cfg.seed,
-                          **cfg.tiny)
+                          corpus=words + corpus[:400] + extra, seed=cfg.seed, **cfg.tiny)
+    if grounding is None and scene is None:
+        return path
+    bundle = load_vlm(path)
+    results: dict[str, Any] = {}
     if grounding is not None:
-        bundle = load_vlm(path)
-        res = pretrain_grounding(bundle, grounding)
-        log.info("grounding pre-training of the backbone: %s", res["stages"])
-        bundle.model.save_pretrained(str(path))
-        bundle.processor.save_pretrained(str(path))
+        results["grounding"] = pretrain_grounding(bundle, grounding)
+        log.info("grounding pre-training of the backbone: %s", results["grounding"]["stages"])
+    if scene is not None:
+        results["scene_grounding"] = pretrain_scene_grounding(bundle, cfg, scene)
+    bundle.model.save_pretrained(str(path))
+    bundle.processor.save_pretrained(str(path))
+    (Path(out_dir) / "grounding.json").write_text(json.dumps(results, indent=1, default=float))
     return path
 
 

@@ -1,0 +1,103 @@
+"""Scene grounding on the simulator's frames: answers follow the segmentation masks, the question mix is what the
+config asks for, the stage trains and reports against the majority answer, and bad configs are clear errors."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL context
+from training.vln import scene_grounding as sg  # noqa: E402
+from training.vln.config import VLNTrainConfig  # noqa: E402
+
+TINY = dict(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128, vision_hidden_size=32,
+            vision_layers=1, vision_heads=2, vision_intermediate_size=64, bpe_vocab_size=400)
+BASE = dict(image_size=32, tiny=TINY, n_scenes=1, episodes_per_scene=1, eval_per_scene=1, min_distance=1.5,
+            max_distance=4.0, max_steps=12, steps=4, batch_size=4, dagger_rounds=0, eval_conditions=["normal"],
+            num_threads=1, agent={"num_history": 0, "num_future_steps": 3})
+
+
+def _mask(cols: slice, rows: slice = slice(20, 30)) -> np.ndarray:
+    m = np.zeros((64, 64), bool)
+    m[rows, cols] = True
+    return m
+
+
+def test_where_answer_by_centroid_third() -> None:
+    assert sg.where_answer(_mask(slice(0, 10)), 12) == "left"
+    assert sg.where_answer(_mask(slice(27, 37)), 12) == "ahead"
+    assert sg.where_answer(_mask(slice(54, 64)), 12) == "right"
+    assert sg.where_answer(None, 12) == "none" and sg.where_answer(np.zeros((64, 64), bool), 12) == "none"
+    assert sg.where_answer(_mask(slice(0, 1), slice(0, 5)), 12) is None  # 5 px: too small to ask about
+    # a mask spanning the left and middle thirds is where most of it is
+    assert sg.where_answer(_mask(slice(0, 30)), 12) == "left"
+
+
+def _house(labels: list[str]) -> SimpleNamespace:
+    return SimpleNamespace(furniture=[SimpleNamespace(label=lab) for lab in labels])
+
+
+def test_frame_questions_skip_ambiguous_labels_and_add_out_of_view_ones() -> None:
+    house = _house(["red sofa", "red sofa", "blue bed", "green desk", "white sink", "black lamp", "grey shelf"])
+    masks = {0: _mask(slice(0, 10)), 2: _mask(slice(54, 64)), 3: _mask(slice(27, 37))}
+    cfg = sg.SceneGroundingConfig(none_fraction=0.5)
+    qa = dict(sg.frame_questions(house, masks, goal=4, cfg=cfg, rng=np.random.default_rng(0)))
+    assert "where is the red sofa?" not in qa  # two red sofas: the question has no single answer
+    assert qa["where is the blue bed?"] == "right" and qa["where is the green desk?"] == "ahead"
+    assert qa["where is the white sink?"] == "none"  # the goal is always asked, here out of view
+    # 2 objects in view at none_fraction 0.5 -> 2 out-of-view questions (the goal's and one more)
+    assert sum(a == "none" for a in qa.values()) == 2 and len(qa) == 4
+    none0 = sg.frame_questions(house, masks, goal=None, cfg=sg.SceneGroundingConfig(none_fraction=0.0),
+                            rng=np.random.default_rng(0))
+    assert all(a != "none" for _, a in none0) or len(none0) == 1
+
+
+@pytest.mark.parametrize("kw,field", [({"steps": -1}, "steps"), ({"none_fraction": 0.95}, "none_fraction"),
+                                      ({"min_pixels": 0}, "min_pixels"), ({"lrr": 1.0}, "lrr")])
+def test_config_validation(kw, field) -> None:
+    with pytest.raises((ValueError, TypeError), match=field):
+        sg.SceneGroundingConfig.from_dict(kw)
+    with pytest.raises((ValueError, TypeError), match=field):
+        VLNTrainConfig(**{**BASE, "scene_grounding": kw})
+    with pytest.raises(ValueError, match="scene_grounding"):
+        VLNTrainConfig(**{**BASE, "scene_grounding": [1]})
+
+
+@pytest.fixture(scope="module")
+def nav_cfg():
+    return VLNTrainConfig(**{**BASE, "image_size": 64, "episodes_per_scene": 2, "eval_per_scene": 1,
+                             "same_room": True, "min_distance": 1.0,
+                             "scene_grounding": {"steps": 30, "batch_size": 8, "episodes_per_scene": 2}})
+
+
+def test_scene_set_asks_about_the_goal_with_answers_from_the_frame(nav_cfg) -> None:
+    scfg = nav_cfg.scene_grounding_config()
+    triples = sg.make_scene_set(nav_cfg, "train", scfg)
+    assert triples and all(a in sg.ANSWERS for _, _, a in triples)
+    assert {a for _, _, a in triples} - {"none"}, "no object was ever in view"
+    frames = {id(f) for f, _, _ in triples}
+    assert all(f.shape == (64, 64, 3) and f.dtype == np.uint8 for f, _, _ in triples)
+    assert len(frames) < len(triples)  # several questions per frame
+    held = sg.make_scene_set(nav_cfg, "eval", scfg)
+    assert held and held[0][0].tobytes() != triples[0][0].tobytes()
+
+
+def test_backbone_scene_grounding_trains_and_reports(nav_cfg, tmp_path) -> None:
+    import json
+
+    from training.vln.navigator import build_backbone
+
+    build_backbone(nav_cfg, tmp_path / "b", ["go to the red sofa"])
+    res = json.loads((tmp_path / "b" / "grounding.json").read_text())["scene_grounding"]
+    for split in ("held_out", "train"):
+        r = res[split]
+        assert r["n"] > 0 and 0.0 <= r["accuracy"] <= 1.0
+        assert sum(r["answer_share"].values()) == pytest.approx(1.0, abs=0.01)
+        assert r["majority"] == pytest.approx(max(r["answer_share"].values()), abs=0.002)
+        shares = {a: s for a, s in r["answer_share"].items() if s > 0}
+        # overall accuracy is the share-weighted mean of the per-answer accuracies
+        assert r["accuracy"] == pytest.approx(sum(shares[a] * r["per_answer"][a] for a in shares), abs=0.01)
+    assert res["loss"] < res["loss_start"] - 1.0  # 30 steps on 31 questions: the loss must fall

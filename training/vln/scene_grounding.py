@@ -1,0 +1,153 @@
+"""Scene grounding: "where is the <object>?" asked about the simulator's own frames, answered from segmentation.
+
+The navigator has to find a named piece of furniture in its 64 px frame before it can steer to it; imitation alone
+does not teach that (docs/alldaywalker.md). This stage teaches it directly. Frames come from the shortest-path
+follower's rollouts on the navigator's own episodes (the states the navigator will see), the answers from MuJoCo's
+segmentation of the same frame: the object's pixel mask gives ``left`` / ``ahead`` / ``right`` (the mask's centroid
+in the left, middle or right third of the image) or ``none`` (not in view). Only objects whose label (colour and
+name) is unique in the house are asked about; barely visible ones (fewer than ``min_pixels``) are not asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from agents.core.config import check_ints, check_numbers, config_from_dict
+
+log = logging.getLogger(__name__)
+
+QUESTION = "where is the {label}?"
+ANSWERS = ("left", "ahead", "right", "none")
+
+
+@dataclass
+class SceneGroundingConfig:
+    """``steps`` of batch ``batch_size`` at ``lr`` on questions about the frames of ``episodes_per_scene`` follower
+    rollouts per scene (held out: the navigator's eval episodes); ``none_fraction`` of the questions ask about an
+    object out of view; objects under ``min_pixels`` pixels are not asked about."""
+
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 1e-3
+    episodes_per_scene: int = 60
+    min_pixels: int = 12
+    none_fraction: float = 0.25
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_ints(self, {"steps": (0, 10**7), "batch_size": (1, 4096), "episodes_per_scene": (1, 100000),
+                          "min_pixels": (1, 10**6), "seed": (0, 2**31 - 1)}, "SceneGroundingConfig.")
+        check_numbers(self, {"lr": (1e-9, 10.0), "none_fraction": (0.0, 0.9)}, "SceneGroundingConfig.")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SceneGroundingConfig":
+        return config_from_dict(cls, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def scene_grounding_corpus() -> list[str]:
+    """Words the tokenizer must know for these questions."""
+    return [QUESTION.format(label="object"), " ".join(ANSWERS)]
+
+
+def where_answer(mask: np.ndarray | None, min_pixels: int) -> str | None:
+    """``left`` / ``ahead`` / ``right`` by the mask's centroid column (thirds of the width), ``none`` for no mask,
+    None (do not ask) for a mask smaller than ``min_pixels``."""
+    if mask is None or not mask.any():
+        return "none"
+    if int(mask.sum()) < min_pixels:
+        return None
+    col = float(np.nonzero(mask)[1].mean()) + 0.5
+    third = mask.shape[1] / 3
+    return ANSWERS[min(int(col // third), 2)]
+
+
+def frame_questions(house: Any, masks: dict[int, np.ndarray], goal: int | None, cfg: SceneGroundingConfig,
+                    rng: np.random.Generator) -> list[tuple[str, str]]:
+    """(question, answer) pairs about one frame: every visible object with a unique label (the goal included) and
+    out-of-view objects (the goal first, if it is out of view) for about ``none_fraction`` of the questions."""
+    counts = Counter(it.label for it in house.furniture)
+    unique = [i for i, it in enumerate(house.furniture) if counts[it.label] == 1]
+    asked = {i: where_answer(masks[i], cfg.min_pixels) for i in unique if i in masks}
+    asked = {i: a for i, a in asked.items() if a is not None}
+    n_none = round(len(asked) * cfg.none_fraction / (1 - cfg.none_fraction)) if asked \
+        else int(rng.random() < cfg.none_fraction)
+    hidden = [int(i) for i in rng.permutation([i for i in unique if i not in masks])]
+    if goal in hidden:
+        hidden.remove(goal)
+        hidden.insert(0, goal)
+    asked.update({i: "none" for i in hidden[:n_none]})
+    return [(QUESTION.format(label=house.furniture[i].label), a) for i, a in sorted(asked.items())]
+
+
+def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress: bool = False
+                   ) -> list[tuple[np.ndarray, str, str]]:
+    """(frame, question, answer) triples from follower rollouts of ``split`` episodes (``train``: the first
+    ``episodes_per_scene`` per scene; ``eval``: the navigator's held-out episodes), normal lighting."""
+    from training.vln.data import collect
+    from training.vln.navigator import make_env, make_episodes
+
+    per_scene = cfg.episodes_per_scene if split == "train" else None
+    eps, gts = make_episodes(nav_cfg, split, per_scene=per_scene)
+    env = make_env(nav_cfg, "normal", eps, gts)
+    rng = np.random.default_rng(cfg.seed * 7919 + (split == "eval"))
+    questions: list[list[tuple[str, str]]] = []
+
+    def on_state(e: Any) -> None:
+        questions.append(frame_questions(e.house, e.item_masks(), e.goal_item(), cfg, rng))
+
+    try:
+        samples = collect(env, range(len(eps)), nav_cfg.agent_config(), nav_cfg.image_size, progress=progress,
+                          keep_frames=True, on_state=on_state)
+    finally:
+        env.close()
+    return [(s.frame, q, a) for s, qa in zip(samples, questions) for q, a in qa]
+
+
+def _report(triples: list[tuple[np.ndarray, str, str]], hits: list[bool]) -> dict[str, Any]:
+    answers = [a for _, _, a in triples]
+    counts = Counter(answers)
+    per = {a: round(float(np.mean([h for h, b in zip(hits, answers) if b == a])), 3) for a in ANSWERS if counts[a]}
+    return {"n": len(triples), "accuracy": round(float(np.mean(hits)) if hits else math.nan, 3),
+            "balanced_accuracy": round(float(np.mean(list(per.values()))) if per else math.nan, 3),
+            "per_answer": per, "answer_share": {a: round(counts[a] / max(len(answers), 1), 3) for a in ANSWERS},
+            "majority": round(max(counts.values()) / len(answers), 3) if answers else math.nan}
+
+
+def pretrain_scene_grounding(bundle: Any, nav_cfg: Any, cfg: SceneGroundingConfig,
+                             progress: bool = True) -> dict[str, Any]:
+    """Train all of ``bundle.model`` on the scene questions; returns held-out (eval episodes) and training-set
+    accuracy, per answer, against the majority answer's share. The model is left in eval mode."""
+    import torch
+
+    from agents.vlm import training_example
+    from training.vlm.grounding import answer_hits, fit_examples
+
+    train = make_scene_set(nav_cfg, "train", cfg, progress)
+    held = make_scene_set(nav_cfg, "eval", cfg, progress)
+    if not train or not held:
+        raise ValueError(f"no scene-grounding questions ({len(train)} train, {len(held)} held-out): the episodes "
+                         "name no visible objects")
+    train_ex = [training_example(bundle, im, q, a) for im, q, a in train]
+    held_ex = [training_example(bundle, im, q, a) for im, q, a in held]
+    for p in bundle.model.parameters():
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(bundle.model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    losses = fit_examples(bundle, opt, train_ex, cfg.steps, cfg.batch_size, np.random.default_rng(cfg.seed),
+                          f"scene grounding ({len(train)} questions)", progress)
+    sub = np.random.default_rng(cfg.seed).permutation(len(train))[:len(held)]
+    res = {"held_out": _report(held, answer_hits(bundle, held_ex, cfg.batch_size)),
+           "train": _report([train[i] for i in sub], answer_hits(bundle, [train_ex[i] for i in sub], cfg.batch_size)),
+           "loss_start": round(float(np.mean(losses[:5])), 4) if losses else math.nan,
+           "loss": round(float(np.mean(losses[-5:])), 4) if losses else math.nan}
+    bundle.model.eval()
+    log.info("scene grounding: held-out %s", res["held_out"])
+    return res
