@@ -24,13 +24,22 @@ log = logging.getLogger(__name__)
 
 QUESTION = "where is the {label}?"
 ANSWERS = ("left", "ahead", "right", "none")
+#: curricula: large objects and the left/right contrast first, then the middle, then small and out-of-view objects
+STAGE_PRESETS: dict[str, list[list[Any]]] = {
+    "coarse_to_fine": [[150, "left right"], [150, "left ahead right"], [40, "left ahead right"],
+                       [12, "left ahead right none"]],
+}
 
 
 @dataclass
 class SceneGroundingConfig:
-    """``steps`` of batch ``batch_size`` at ``lr`` on questions about the frames of ``episodes_per_scene`` follower
-    rollouts per scene (held out: the navigator's eval episodes); ``none_fraction`` of the questions ask about an
-    object out of view; objects under ``min_pixels`` pixels are not asked about."""
+    """Questions about the frames of ``episodes_per_scene`` follower rollouts per scene (held out: the navigator's
+    eval episodes); ``none_fraction`` of the questions ask about an object out of view; objects under ``min_pixels``
+    pixels are not asked about.
+
+    Training: ``steps`` of batch ``batch_size`` at ``lr`` per stage. ``stages`` is a curriculum, a list of
+    ``[min_pixels, "answers"]`` (only questions about objects of at least that many pixels, with one of those
+    answers), or a preset name from ``STAGE_PRESETS``; None is one stage of every question."""
 
     steps: int = 1500
     batch_size: int = 32
@@ -38,12 +47,37 @@ class SceneGroundingConfig:
     episodes_per_scene: int = 60
     min_pixels: int = 12
     none_fraction: float = 0.25
+    stages: list[list[Any]] | str | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
         check_ints(self, {"steps": (0, 10**7), "batch_size": (1, 4096), "episodes_per_scene": (1, 100000),
                           "min_pixels": (1, 10**6), "seed": (0, 2**31 - 1)}, "SceneGroundingConfig.")
         check_numbers(self, {"lr": (1e-9, 10.0), "none_fraction": (0.0, 0.9)}, "SceneGroundingConfig.")
+        self.stage_list()  # validates the curriculum
+
+    def stage_list(self) -> list[tuple[int, tuple[str, ...]]]:
+        """The curriculum as (min_pixels, answers) per stage."""
+        stages = self.stages
+        if isinstance(stages, str):
+            if stages not in STAGE_PRESETS:
+                raise ValueError(f"SceneGroundingConfig.stages: unknown preset {stages!r}; known: "
+                                 f"{sorted(STAGE_PRESETS)}")
+            stages = STAGE_PRESETS[stages]
+        if stages is None:
+            return [(self.min_pixels, ANSWERS)]
+        if not isinstance(stages, list) or not stages:
+            raise ValueError(f"SceneGroundingConfig.stages must be a non-empty list, a preset name or null, "
+                             f"got {stages!r}")
+        out = []
+        for st in stages:
+            ok = isinstance(st, (list, tuple)) and len(st) == 2 and isinstance(st[0], int) and isinstance(st[1], str)
+            answers = tuple(st[1].split()) if ok else ()
+            if not ok or st[0] < self.min_pixels or not answers or any(a not in ANSWERS for a in answers):
+                raise ValueError(f"SceneGroundingConfig.stages: each stage is [min_pixels >= {self.min_pixels}, "
+                                 f"'answers from {' '.join(ANSWERS)}'], got {st!r}")
+            out.append((int(st[0]), answers))
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SceneGroundingConfig":
@@ -71,9 +105,9 @@ def where_answer(mask: np.ndarray | None, min_pixels: int) -> str | None:
 
 
 def frame_questions(house: Any, masks: dict[int, np.ndarray], goal: int | None, cfg: SceneGroundingConfig,
-                    rng: np.random.Generator) -> list[tuple[str, str]]:
-    """(question, answer) pairs about one frame: every visible object with a unique label (the goal included) and
-    out-of-view objects (the goal first, if it is out of view) for about ``none_fraction`` of the questions."""
+                    rng: np.random.Generator) -> list[tuple[str, str, int]]:
+    """(question, answer, object pixels) about one frame: every visible object with a unique label (the goal
+    included) and out-of-view objects (the goal first, if out of view) for about ``none_fraction`` of them."""
     counts = Counter(it.label for it in house.furniture)
     unique = [i for i, it in enumerate(house.furniture) if counts[it.label] == 1]
     asked = {i: where_answer(masks[i], cfg.min_pixels) for i in unique if i in masks}
@@ -85,12 +119,13 @@ def frame_questions(house: Any, masks: dict[int, np.ndarray], goal: int | None, 
         hidden.remove(goal)
         hidden.insert(0, goal)
     asked.update({i: "none" for i in hidden[:n_none]})
-    return [(QUESTION.format(label=house.furniture[i].label), a) for i, a in sorted(asked.items())]
+    return [(QUESTION.format(label=house.furniture[i].label), a, int(masks[i].sum()) if i in masks else 0)
+            for i, a in sorted(asked.items())]
 
 
 def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress: bool = False
-                   ) -> list[tuple[np.ndarray, str, str]]:
-    """(frame, question, answer) triples from follower rollouts of ``split`` episodes (``train``: the first
+                   ) -> list[tuple[np.ndarray, str, str, int]]:
+    """(frame, question, answer, object pixels) from follower rollouts of ``split`` episodes (``train``: the first
     ``episodes_per_scene`` per scene; ``eval``: the navigator's held-out episodes), normal lighting."""
     from training.vln.data import collect
     from training.vln.navigator import make_env, make_episodes
@@ -99,7 +134,7 @@ def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress
     eps, gts = make_episodes(nav_cfg, split, per_scene=per_scene)
     env = make_env(nav_cfg, "normal", eps, gts)
     rng = np.random.default_rng(cfg.seed * 7919 + (split == "eval"))
-    questions: list[list[tuple[str, str]]] = []
+    questions: list[list[tuple[str, str, int]]] = []
 
     def on_state(e: Any) -> None:
         questions.append(frame_questions(e.house, e.item_masks(), e.goal_item(), cfg, rng))
@@ -109,23 +144,28 @@ def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress
                           keep_frames=True, on_state=on_state)
     finally:
         env.close()
-    return [(s.frame, q, a) for s, qa in zip(samples, questions) for q, a in qa]
+    return [(s.frame, *qa) for s, qs in zip(samples, questions) for qa in qs]
 
 
-def _report(triples: list[tuple[np.ndarray, str, str]], hits: list[bool]) -> dict[str, Any]:
-    answers = [a for _, _, a in triples]
+def _report(items: list[tuple[np.ndarray, str, str, int]], hits: list[bool]) -> dict[str, Any]:
+    answers = [it[2] for it in items]
     counts = Counter(answers)
     per = {a: round(float(np.mean([h for h, b in zip(hits, answers) if b == a])), 3) for a in ANSWERS if counts[a]}
-    return {"n": len(triples), "accuracy": round(float(np.mean(hits)) if hits else math.nan, 3),
+    return {"n": len(items), "accuracy": round(float(np.mean(hits)) if hits else math.nan, 3),
             "balanced_accuracy": round(float(np.mean(list(per.values()))) if per else math.nan, 3),
             "per_answer": per, "answer_share": {a: round(counts[a] / max(len(answers), 1), 3) for a in ANSWERS},
             "majority": round(max(counts.values()) / len(answers), 3) if answers else math.nan}
 
 
+def _in_stage(item: tuple[np.ndarray, str, str, int], stage: tuple[int, tuple[str, ...]]) -> bool:
+    return item[2] in stage[1] and (item[2] == "none" or item[3] >= stage[0])
+
+
 def pretrain_scene_grounding(bundle: Any, nav_cfg: Any, cfg: SceneGroundingConfig,
                              progress: bool = True) -> dict[str, Any]:
-    """Train all of ``bundle.model`` on the scene questions; returns held-out (eval episodes) and training-set
-    accuracy, per answer, against the majority answer's share. The model is left in eval mode."""
+    """Train all of ``bundle.model`` on the scene questions, stage by stage; returns, per stage and at the end,
+    held-out (eval episodes) accuracy per answer against the majority answer's share, and training-set accuracy at
+    the end. The model is left in eval mode."""
     import torch
 
     from agents.vlm import training_example
@@ -136,18 +176,31 @@ def pretrain_scene_grounding(bundle: Any, nav_cfg: Any, cfg: SceneGroundingConfi
     if not train or not held:
         raise ValueError(f"no scene-grounding questions ({len(train)} train, {len(held)} held-out): the episodes "
                          "name no visible objects")
-    train_ex = [training_example(bundle, im, q, a) for im, q, a in train]
-    held_ex = [training_example(bundle, im, q, a) for im, q, a in held]
+    train_ex = [training_example(bundle, im, q, a) for im, q, a, _ in train]
+    held_ex = [training_example(bundle, im, q, a) for im, q, a, _ in held]
     for p in bundle.model.parameters():
         p.requires_grad_(True)
     opt = torch.optim.AdamW(bundle.model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    losses = fit_examples(bundle, opt, train_ex, cfg.steps, cfg.batch_size, np.random.default_rng(cfg.seed),
-                          f"scene grounding ({len(train)} questions)", progress)
-    sub = np.random.default_rng(cfg.seed).permutation(len(train))[:len(held)]
-    res = {"held_out": _report(held, answer_hits(bundle, held_ex, cfg.batch_size)),
+    rng = np.random.default_rng(cfg.seed)
+    stages, losses = [], []
+    for k, stage in enumerate(cfg.stage_list()):
+        idx = [i for i, it in enumerate(train) if _in_stage(it, stage)]
+        hidx = [i for i, it in enumerate(held) if _in_stage(it, stage)]
+        if not idx or not hidx:
+            raise ValueError(f"scene-grounding stage {k} {stage} has no questions ({len(idx)} train, {len(hidx)} "
+                             "held-out)")
+        losses = fit_examples(bundle, opt, [train_ex[i] for i in idx], cfg.steps, cfg.batch_size, rng,
+                              f"scene grounding {k} ({len(idx)} questions)", progress)
+        rep = _report([held[i] for i in hidx], answer_hits(bundle, [held_ex[i] for i in hidx], cfg.batch_size))
+        stages.append({"min_pixels": stage[0], "answers": " ".join(stage[1]), "held_out": rep,
+                       "loss_start": round(float(np.mean(losses[:5])), 4) if losses else math.nan,
+                       "loss": round(float(np.mean(losses[-5:])), 4) if losses else math.nan})
+        log.info("scene grounding stage %d %s: held-out %s", k, stage, rep)
+    sub = rng.permutation(len(train))[:len(held)]
+    res = {"stages": stages,
+           "held_out": _report(held, answer_hits(bundle, held_ex, cfg.batch_size)),
            "train": _report([train[i] for i in sub], answer_hits(bundle, [train_ex[i] for i in sub], cfg.batch_size)),
-           "loss_start": round(float(np.mean(losses[:5])), 4) if losses else math.nan,
-           "loss": round(float(np.mean(losses[-5:])), 4) if losses else math.nan}
+           "loss_start": stages[0]["loss_start"], "loss": stages[-1]["loss"]}
     bundle.model.eval()
     log.info("scene grounding: held-out %s", res["held_out"])
     return res
