@@ -118,3 +118,39 @@ def test_backbone_scene_grounding_trains_and_reports(nav_cfg, tmp_path) -> None:
     assert first["answers"] == "left right" and last["answers"] == "left ahead right none"
     assert {a for a, share in first["held_out"]["answer_share"].items() if share > 0} <= {"left", "right"}
     assert last["held_out"]["n"] == res["held_out"]["n"]
+
+
+def test_cotraining_mixes_scene_questions_into_imitation_batches(tmp_path) -> None:
+    """One imitation sample and one scene question, batch 2 at cotrain 0.5: the question is learnt alongside; at
+    cotrain 0 it is never seen and its loss does not fall."""
+    from agents.vlm.bundle import load_vlm
+    from agents.vln.processor_vln import VLNProcessor
+    from training.vln.data import Sample
+    from training.vln.navigator import build_backbone
+    from training.vln.trainer import Imitation, eval_loss
+
+    cfg = VLNTrainConfig(**BASE)
+    path = build_backbone(cfg, tmp_path / "b", ["go forward", "where is the red sofa? left"])
+    rng = np.random.default_rng(0)
+    nav = [Sample(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), "go to the sofa next:", "forward forward")]
+    scene = [Sample(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), "where is the red sofa?", "left")]
+    after = {}
+    for frac in (0.0, 0.5):
+        torch.manual_seed(0)
+        bundle = load_vlm(path)
+        for p in bundle.model.parameters():
+            p.requires_grad_(True)
+        vproc = VLNProcessor(bundle.processor, bundle.family, cfg.image_size, cfg.agent_config())
+        before = eval_loss(bundle.model, vproc, scene)
+        Imitation(bundle.model, vproc, lr=3e-3, batch_size=2).run(nav, 25, cotrain=scene, cotrain_fraction=frac)
+        after[frac] = eval_loss(bundle.model, vproc, scene) / before
+    assert after[0.5] < 0.5 and after[0.5] < after[0.0] - 0.3
+    with pytest.raises(ValueError, match="cotrain_fraction"):
+        Imitation(bundle.model, vproc, batch_size=2).run(nav, 1, cotrain=[], cotrain_fraction=0.5)
+
+
+def test_navigator_samples_from_scene_questions(nav_cfg) -> None:
+    cfg = VLNTrainConfig(**{**nav_cfg.to_dict(), "agent": {"num_history": 1, "num_future_steps": 3}})
+    samples = sg.cotrain_samples(cfg, cfg.scene_grounding_config())
+    assert samples and all(s.image.shape == (64, 64, 3) for s in samples)
+    assert all(s.prompt.startswith("where is the ") and s.target in sg.ANSWERS for s in samples)

@@ -169,6 +169,12 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     if (out / "optim.pt").is_file() and resume:
         trainer.optimizer.load_state_dict(torch.load(out / "optim.pt", weights_only=True))
     samples = load_samples(out / "samples.npz") if state["collected"] else []
+    scene = cfg.scene_grounding_config()
+    cotrain = []
+    if scene is not None and scene.cotrain > 0:
+        from training.vln.scene_grounding import cotrain_samples
+
+        cotrain = cotrain_samples(cfg, scene, progress)
 
     def checkpoint() -> None:
         bundle.model.save_pretrained(str(out / "model"))
@@ -187,7 +193,8 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
         total = cfg.steps if phase == "bc" else cfg.dagger_steps
         while state["phase_step"] < total:
             n = min(cfg.checkpoint_every, total - state["phase_step"])
-            losses += trainer.run(samples, n, progress=progress, desc=f"{phase} ({len(samples)} samples)")
+            losses += trainer.run(samples, n, progress=progress, desc=f"{phase} ({len(samples)} samples)",
+                                  cotrain=cotrain, cotrain_fraction=scene.cotrain if cotrain else 0.0)
             state["phase_step"] += n
             checkpoint()
         state["step"] += state["phase_step"]

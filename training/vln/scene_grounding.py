@@ -39,7 +39,8 @@ class SceneGroundingConfig:
 
     Training: ``steps`` of batch ``batch_size`` at ``lr`` per stage. ``stages`` is a curriculum, a list of
     ``[min_pixels, "answers"]`` (only questions about objects of at least that many pixels, with one of those
-    answers), or a preset name from ``STAGE_PRESETS``; None is one stage of every question."""
+    answers), or a preset name from ``STAGE_PRESETS``; None is one stage of every question. ``cotrain``: the
+    fraction of every imitation batch of the navigator that is scene questions (0: pre-training only)."""
 
     steps: int = 1500
     batch_size: int = 32
@@ -48,12 +49,14 @@ class SceneGroundingConfig:
     min_pixels: int = 12
     none_fraction: float = 0.25
     stages: list[list[Any]] | str | None = None
+    cotrain: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
         check_ints(self, {"steps": (0, 10**7), "batch_size": (1, 4096), "episodes_per_scene": (1, 100000),
                           "min_pixels": (1, 10**6), "seed": (0, 2**31 - 1)}, "SceneGroundingConfig.")
-        check_numbers(self, {"lr": (1e-9, 10.0), "none_fraction": (0.0, 0.9)}, "SceneGroundingConfig.")
+        check_numbers(self, {"lr": (1e-9, 10.0), "none_fraction": (0.0, 0.9), "cotrain": (0.0, 0.9)},
+                      "SceneGroundingConfig.")
         self.stage_list()  # validates the curriculum
 
     def stage_list(self) -> list[tuple[int, tuple[str, ...]]]:
@@ -145,6 +148,17 @@ def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress
     finally:
         env.close()
     return [(s.frame, *qa) for s, qs in zip(samples, questions) for qa in qs]
+
+
+def cotrain_samples(nav_cfg: Any, cfg: SceneGroundingConfig, progress: bool = False) -> list[Any]:
+    """The training questions as navigator samples (the frame tiled as the navigator's image, the question as the
+    prompt, the answer as the target) for co-training with imitation."""
+    from agents.vln.processor_vln import tile_frames
+    from training.vln.data import Sample
+
+    history = nav_cfg.agent_config().num_history
+    return [Sample(tile_frames([im], history, nav_cfg.image_size), q, a)
+            for im, q, a, _ in make_scene_set(nav_cfg, "train", cfg, progress)]
 
 
 def _report(items: list[tuple[np.ndarray, str, str, int]], hits: list[bool]) -> dict[str, Any]:

@@ -62,18 +62,27 @@ class Imitation:
 
     def run(self, samples: Sequence[Sample], steps: int, penalty: Any = None,
             after_backward: Callable[[Any], None] | None = None, progress: bool = False, desc: str = "imitation",
-            on_step: Callable[[int, float], None] | None = None) -> list[float]:
-        """``steps`` optimiser steps on ``samples``; returns the imitation loss of each step."""
+            on_step: Callable[[int, float], None] | None = None, cotrain: Sequence[Sample] = (),
+            cotrain_fraction: float = 0.0) -> list[float]:
+        """``steps`` optimiser steps on ``samples``; returns the loss of each step. With ``cotrain`` (other
+        supervised samples, e.g. scene questions), ``cotrain_fraction`` of every batch is drawn from them."""
         import torch
 
         if not samples:
             raise ValueError("no training samples")
+        if not 0.0 <= cotrain_fraction < 1.0 or (cotrain_fraction > 0 and not cotrain):
+            raise ValueError(f"cotrain_fraction must be in [0, 1) with co-training samples given, got "
+                             f"{cotrain_fraction} with {len(cotrain)} samples")
+        n_co = min(round(self.batch_size * cotrain_fraction), len(cotrain))
         self.model.train()
         losses: list[float] = []
         bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
         for _ in bar:
-            idx = self.rng.choice(len(samples), size=min(self.batch_size, len(samples)), replace=False)
-            loss = batch_loss(self.model, make_batch(self.vproc, [samples[i] for i in idx]))
+            idx = self.rng.choice(len(samples), size=min(self.batch_size - n_co, len(samples)), replace=False)
+            batch = [samples[i] for i in idx]
+            if n_co:
+                batch += [cotrain[i] for i in self.rng.choice(len(cotrain), size=n_co, replace=False)]
+            loss = batch_loss(self.model, make_batch(self.vproc, batch))
             total = penalty.combine(loss) if penalty is not None else loss
             self.optimizer.zero_grad(set_to_none=True)
             if self.accelerator is not None:
