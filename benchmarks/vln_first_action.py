@@ -42,9 +42,11 @@ def goal_bearing_deg(env: Any) -> float:
     return math.degrees(math.atan2(math.sin(d), math.cos(d)))
 
 
-def teacher_states(cfg: Any, episodes: int | None = None, progress: bool = False) -> tuple[list[Any], list[bool]]:
+def teacher_states(cfg: Any, episodes: int | None = None, progress: bool = False,
+                   min_pixels: int = 12) -> tuple[list[Any], list[bool], list[bool]]:
     """Samples of the follower's held-out rollouts (``training.vln.data.collect``) and, per sample, whether the goal
-    was in the field of view."""
+    point was in the field of view and whether the goal object was visible (>= ``min_pixels`` of it in the frame,
+    by segmentation)."""
     from training.vln.data import collect
     from training.vln.navigator import make_env, make_episodes
 
@@ -53,12 +55,19 @@ def teacher_states(cfg: Any, episodes: int | None = None, progress: bool = False
     env = make_env(cfg, "normal", eps, gts)
     half_fov = env.config.hfov_deg / 2
     in_view: list[bool] = []
+    visible: list[bool] = []
+
+    def on_state(e: Any) -> None:
+        in_view.append(abs(goal_bearing_deg(e)) < half_fov)
+        mask = e.item_masks().get(e.goal_item())
+        visible.append(mask is not None and int(mask.sum()) >= min_pixels)
+
     try:
         samples = collect(env, range(len(eps)), cfg.agent_config(), cfg.image_size, progress=progress,
-                          on_state=lambda e: in_view.append(abs(goal_bearing_deg(e)) < half_fov))
+                          on_state=on_state)
     finally:
         env.close()
-    return samples, in_view
+    return samples, in_view, visible
 
 
 def first_action_hits(bundle: Any, cfg: Any, samples: list[Any], batch_size: int = 32) -> list[bool]:
@@ -83,11 +92,17 @@ def first_action_hits(bundle: Any, cfg: Any, samples: list[Any], batch_size: int
     return hits
 
 
-def split_report(samples: list[Any], hits: list[bool], in_view: list[bool]) -> dict[str, Any]:
-    """Accuracy, majority-action accuracy and teacher action counts, overall and per view split."""
+def split_report(samples: list[Any], hits: list[bool], in_view: list[bool],
+                 visible: list[bool] | None = None) -> dict[str, Any]:
+    """Accuracy, majority-action accuracy and teacher action counts, overall and per view split (goal point in the
+    field of view; with ``visible``, also goal object visible or not)."""
     out: dict[str, Any] = {}
-    for name, keep in (("all", lambda v: True), ("goal_in_view", bool), ("goal_out_of_view", lambda v: not v)):
-        idx = [k for k, v in enumerate(in_view) if keep(v)]
+    splits = [("all", in_view, lambda v: True), ("goal_in_view", in_view, bool),
+              ("goal_out_of_view", in_view, lambda v: not v)]
+    if visible is not None:
+        splits += [("object_visible", visible, bool), ("object_hidden", visible, lambda v: not v)]
+    for name, flags, keep in splits:
+        idx = [k for k, v in enumerate(flags) if keep(v)]
         if not idx:
             out[name] = {"states": 0}
             continue
@@ -97,6 +112,17 @@ def split_report(samples: list[Any], hits: list[bool], in_view: list[bool]) -> d
     return out
 
 
+def scene_question_report(bundle: Any, cfg: Any) -> dict[str, Any]:
+    """Held-out scene questions (``training.vln.scene_grounding``, default settings) answered by the model: does it
+    still say where a named object is?"""
+    from agents.vlm import training_example
+    from training.vlm.grounding import answer_hits
+    from training.vln.scene_grounding import SceneGroundingConfig, make_scene_set, report
+
+    held = make_scene_set(cfg, "eval", SceneGroundingConfig())
+    return report(held, answer_hits(bundle, [training_example(bundle, im, q, a) for im, q, a, _ in held], 32))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -104,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="untrained tiny backbone, 2 held-out episodes (smoke run)")
     p.add_argument("--episodes", type=int, default=0, help="use only the first N held-out episodes (0 = all)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--scene", action="store_true",
+                   help="also ask the navigator 'where is the <object>?' on the held-out frames")
     p.add_argument("--progress", action="store_true", help="show progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
     a = p.parse_args(argv)
@@ -138,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
             except (json.JSONDecodeError, KeyError) as exc:
                 p.error(f"{metrics}: no readable config ({exc})")
             episodes = a.episodes or None
-        samples, in_view = teacher_states(cfg, episodes, a.progress)
-        hits = first_action_hits(load_vlm(model_dir), cfg, samples)
-    report = split_report(samples, hits, in_view)
+        samples, in_view, visible = teacher_states(cfg, episodes, a.progress)
+        bundle = load_vlm(model_dir)
+        hits = first_action_hits(bundle, cfg, samples)
+        report = split_report(samples, hits, in_view, visible)
+        if a.scene:
+            report["scene_questions"] = scene_question_report(bundle, cfg)
     for name, r in report.items():
         log.info("%s: %s", name, r)
     print(json.dumps({"benchmark": "vln_first_action", "mode": "quick" if a.quick else "run",

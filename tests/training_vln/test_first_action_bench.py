@@ -50,13 +50,22 @@ def test_split_report_counts_and_majorities() -> None:
     assert rep["goal_out_of_view"] == {"states": 2, "accuracy": 0.5, "majority": 0.5,
                                        "teacher": {"right": 1, "left": 1}}
     assert bench.split_report(samples[:1], hits[:1], [True])["goal_out_of_view"] == {"states": 0}
+    assert "object_visible" not in rep
+    rep = bench.split_report(samples, hits, in_view, visible=[False, True, True, False, True])
+    assert rep["object_visible"] == {"states": 3, "accuracy": 0.333, "majority": 0.667,
+                                     "teacher": {"forward": 1, "left": 2}}
+    assert rep["object_hidden"]["states"] == 2 and rep["object_hidden"]["accuracy"] == 1.0
 
 
 def test_quick_run_splits_every_state(capsys) -> None:
-    assert bench.main(["--quick", "--threads", "1"]) == 0
+    assert bench.main(["--quick", "--threads", "1", "--scene"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["all"]["states"] > 0
     assert out["goal_in_view"]["states"] + out["goal_out_of_view"]["states"] == out["all"]["states"]
+    assert out["object_visible"]["states"] + out["object_hidden"]["states"] == out["all"]["states"]
+    # the untrained backbone is asked where the goal objects are; the report is over every held-out question
+    sq = out["scene_questions"]
+    assert sq["n"] > 0 and sum(sq["answer_share"].values()) == pytest.approx(1.0, abs=0.01)
     assert sum(out["all"]["teacher"].values()) == out["all"]["states"]
     assert 0.0 <= out["all"]["accuracy"] <= 1.0
 

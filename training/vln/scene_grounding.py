@@ -161,7 +161,8 @@ def cotrain_samples(nav_cfg: Any, cfg: SceneGroundingConfig, progress: bool = Fa
             for im, q, a, _ in make_scene_set(nav_cfg, "train", cfg, progress)]
 
 
-def _report(items: list[tuple[np.ndarray, str, str, int]], hits: list[bool]) -> dict[str, Any]:
+def report(items: list[tuple[np.ndarray, str, str, int]], hits: list[bool]) -> dict[str, Any]:
+    """Accuracy overall, per answer and balanced, against each answer's share and the majority answer's."""
     answers = [it[2] for it in items]
     counts = Counter(answers)
     per = {a: round(float(np.mean([h for h, b in zip(hits, answers) if b == a])), 3) for a in ANSWERS if counts[a]}
@@ -205,15 +206,15 @@ def pretrain_scene_grounding(bundle: Any, nav_cfg: Any, cfg: SceneGroundingConfi
                              "held-out)")
         losses = fit_examples(bundle, opt, [train_ex[i] for i in idx], cfg.steps, cfg.batch_size, rng,
                               f"scene grounding {k} ({len(idx)} questions)", progress)
-        rep = _report([held[i] for i in hidx], answer_hits(bundle, [held_ex[i] for i in hidx], cfg.batch_size))
+        rep = report([held[i] for i in hidx], answer_hits(bundle, [held_ex[i] for i in hidx], cfg.batch_size))
         stages.append({"min_pixels": stage[0], "answers": " ".join(stage[1]), "held_out": rep,
                        "loss_start": round(float(np.mean(losses[:5])), 4) if losses else math.nan,
                        "loss": round(float(np.mean(losses[-5:])), 4) if losses else math.nan})
         log.info("scene grounding stage %d %s: held-out %s", k, stage, rep)
     sub = rng.permutation(len(train))[:len(held)]
     res = {"stages": stages,
-           "held_out": _report(held, answer_hits(bundle, held_ex, cfg.batch_size)),
-           "train": _report([train[i] for i in sub], answer_hits(bundle, [train_ex[i] for i in sub], cfg.batch_size)),
+           "held_out": report(held, answer_hits(bundle, held_ex, cfg.batch_size)),
+           "train": report([train[i] for i in sub], answer_hits(bundle, [train_ex[i] for i in sub], cfg.batch_size)),
            "loss_start": stages[0]["loss_start"], "loss": stages[-1]["loss"]}
     bundle.model.eval()
     log.info("scene grounding: held-out %s", res["held_out"])
