@@ -70,9 +70,45 @@ def teacher_states(cfg: Any, episodes: int | None = None, progress: bool = False
     return samples, in_view, visible
 
 
+def teacher_first(sample: Any) -> str:
+    """The teacher's first action word of a sample (after the goal word of a ``goal_prefix`` answer)."""
+    from agents.vln.actions import split_goal
+
+    return split_goal(sample.target)[1].split()[0]
+
+
+def generated_first_actions(bundle: Any, cfg: Any, samples: list[Any], batch_size: int = 32
+                            ) -> list[tuple[str | None, str | None]]:
+    """Per sample: the goal word and first action word of the navigator's greedy answer (None where absent)."""
+    from agents.vln.actions import ACTION_WORDS, ActionParseError, parse_with_fallback, split_goal
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
+
+    policy = AlldayWalkerPolicy(bundle, cfg.agent_config())
+    out: list[tuple[str | None, str | None]] = []
+    for i in range(0, len(samples), batch_size):
+        chunk = samples[i:i + batch_size]
+        inputs = policy.processor.generation_inputs([s.image for s in chunk], [s.prompt for s in chunk], bundle)
+        gen = bundle.model.generate(**inputs, max_new_tokens=policy.max_new_tokens, do_sample=False)
+        texts = policy.processor.tokenizer.batch_decode(gen[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        for t in texts:
+            goal, rest = split_goal(t)
+            try:
+                first = ACTION_WORDS[parse_with_fallback(rest, policy.config.num_future_steps, fallback=None)[0][0]]
+            except ActionParseError:
+                first = None
+            out.append((goal, first))
+    return out
+
+
 def first_action_hits(bundle: Any, cfg: Any, samples: list[Any], batch_size: int = 32) -> list[bool]:
-    """Per sample: is the navigator's arg-max first answer token the teacher's?"""
+    """Per sample: is the navigator's first action the teacher's? The arg-max first answer token, or for
+    ``goal_prefix`` navigators the first action of the greedy answer (after the model's own goal word)."""
     import torch
+
+    if cfg.agent_config().goal_prefix:
+        with torch.no_grad():
+            firsts = generated_first_actions(bundle, cfg, samples, batch_size)
+        return [f[1] == teacher_first(s) for f, s in zip(firsts, samples)]
 
     from agents.vln.processor_vln import VLNProcessor
     from training.vln.trainer import make_batch
@@ -106,7 +142,7 @@ def split_report(samples: list[Any], hits: list[bool], in_view: list[bool],
         if not idx:
             out[name] = {"states": 0}
             continue
-        counts = Counter(samples[k].target.split()[0] for k in idx)
+        counts = Counter(teacher_first(samples[k]) for k in idx)
         out[name] = {"states": len(idx), "accuracy": round(sum(hits[k] for k in idx) / len(idx), 3),
                      "majority": round(max(counts.values()) / len(idx), 3), "teacher": dict(counts)}
     return out

@@ -20,6 +20,8 @@ ACTION_WORDS: dict[NavAction, str] = {
     NavAction.TURN_RIGHT: "right",
 }
 WORD_TO_ACTION: dict[str, NavAction] = {w: a for a, w in ACTION_WORDS.items()}
+#: where the goal object is in the current frame: the optional first word of an answer, before a colon
+GOAL_WORDS = ("left", "ahead", "right", "none")
 _SPLIT = re.compile(r"[\s,;]+")
 
 
@@ -38,6 +40,29 @@ def format_actions(actions: Sequence[int | NavAction]) -> str:
     if not words:
         raise ValueError("actions must hold at least one action")
     return " ".join(words)
+
+
+def format_answer(actions: Sequence[int | NavAction], goal: str | None = None) -> str:
+    """The model's answer: the action words (:func:`format_actions`), after ``"<goal>:"`` when a goal location
+    (one of ``GOAL_WORDS``) is given, e.g. ``"right: right forward forward"``."""
+    text = format_actions(actions)
+    if goal is None:
+        return text
+    if goal not in GOAL_WORDS:
+        raise ValueError(f"goal must be one of {GOAL_WORDS}, got {goal!r}")
+    return f"{goal}: {text}"
+
+
+def split_goal(text: str) -> tuple[str | None, str]:
+    """``"left: forward forward" -> ("left", "forward forward")``; ``(None, text)`` when the answer does not start
+    with a goal word and a colon (the actions are then read from the whole text)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    head, sep, rest = text.strip().partition(":")
+    goal = head.strip().lower()
+    if sep and goal in GOAL_WORDS:
+        return goal, rest
+    return None, text
 
 
 def parse_actions(text: str, max_steps: int | None = None) -> list[NavAction]:

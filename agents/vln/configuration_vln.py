@@ -23,6 +23,9 @@ class VLNAgentConfig:
       executed before the model is called again (``0``: all it wrote);
     - ``action_history``: previous actions written into the prompt as words (0: none, the default: with them a
       small imitation-trained model copies its own past actions and turns in place forever);
+    - ``goal_prefix``: the model first says where the goal object is in the current frame (``left`` / ``ahead`` /
+      ``right`` / ``none``, then a colon), then the actions, so the actions follow its own grounding answer
+      (trained from the simulator's segmentation; an answer without the prefix counts as malformed);
     - ``max_instruction_words``: longer instructions keep their first and last words (the goal is at the end);
     - ``fallback``: the action when an answer has no valid action word (``"error"``: raise instead);
     - ``route_every``: re-route the experts every N calls (0: once per episode, on its first frame);
@@ -34,6 +37,7 @@ class VLNAgentConfig:
     num_future_steps: int = 4
     execute_steps: int = 0
     action_history: int = 0
+    goal_prefix: bool = False
     max_instruction_words: int = 48
     fallback: str = "stop"
     route_every: int = 0
@@ -48,6 +52,8 @@ class VLNAgentConfig:
                              f"({self.num_future_steps})")
         if self.fallback not in FALLBACKS:
             raise ValueError(f"VLNAgentConfig.fallback must be one of {list(FALLBACKS)}, got {self.fallback!r}")
+        if not isinstance(self.goal_prefix, bool):
+            raise TypeError(f"VLNAgentConfig.goal_prefix must be a bool, got {self.goal_prefix!r}")
         if not isinstance(self.routing_fallback, bool):
             raise TypeError(f"VLNAgentConfig.routing_fallback must be a bool, got {self.routing_fallback!r}")
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from agents.core.policy import Policy
 from agents.core.types import NavAction, Observation
-from agents.vln.actions import format_actions, parse_with_fallback
+from agents.vln.actions import format_actions, parse_with_fallback, split_goal
 from agents.vln.configuration_vln import VLNAgentConfig
 from agents.vln.processor_vln import VLNProcessor, build_prompt, check_instruction
 from agents.vln.router import ExpertActivator, ExpertRouter, RoutingError
@@ -58,7 +58,7 @@ class AlldayWalkerPolicy(Policy):
         self.router, self.activator = router, activator
         self.processor = VLNProcessor(bundle.processor, bundle.family, bundle.image_size, self.config)
         tok = self.processor.tokenizer
-        words = " ".join(["forward"] * self.config.num_future_steps)
+        words = ("ahead: " if self.config.goal_prefix else "") + " ".join(["forward"] * self.config.num_future_steps)
         self.max_new_tokens = len(tok(words, add_special_tokens=False)["input_ids"]) + 2
         self.stats = {"calls": 0, "parse_failures": 0, "routing_failures": 0}
         self.reset()
@@ -73,6 +73,7 @@ class AlldayWalkerPolicy(Policy):
         self.route: tuple[int | None, int | None] | None = None
         self.routing_status = "off" if self.router is None else "pending"
         self.last_answer = ""
+        self.last_goal: str | None = None
 
     @property
     def model(self) -> Any:
@@ -80,7 +81,8 @@ class AlldayWalkerPolicy(Policy):
 
     def diagnostics(self) -> dict[str, Any]:
         """Routing state and counters (what a node publishes on /diagnostics)."""
-        return {"route": self.route, "routing": self.routing_status, "last_answer": self.last_answer, **self.stats}
+        return {"route": self.route, "routing": self.routing_status, "last_answer": self.last_answer,
+                **({"goal": self.last_goal} if self.config.goal_prefix else {}), **self.stats}
 
     # ------------------------------------------------------------------------------------------------ acting
     def act(self, observation: Observation) -> NavAction:
@@ -133,7 +135,12 @@ class AlldayWalkerPolicy(Policy):
         texts = self.processor.tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
         results = []
         for t in texts:
+            goal = None
+            if self.config.goal_prefix:
+                goal, t = split_goal(t)
             actions, ok = parse_with_fallback(t, self.config.num_future_steps, self.config.fallback_action)
+            ok = ok and (goal is not None or not self.config.goal_prefix)
+            self.last_goal = goal
             self.stats["calls"] += 1
             self.stats["parse_failures"] += int(not ok)
             results.append((actions, ok))

@@ -5,7 +5,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.core.types import NavAction
-from agents.vln.actions import ActionParseError, format_actions, parse_actions, parse_with_fallback
+from agents.vln.actions import (
+    GOAL_WORDS,
+    ActionParseError,
+    format_actions,
+    format_answer,
+    parse_actions,
+    parse_with_fallback,
+    split_goal,
+)
 from agents.vln.configuration_vln import VLNAgentConfig
 
 moves = st.lists(st.sampled_from([NavAction.MOVE_FORWARD, NavAction.TURN_LEFT, NavAction.TURN_RIGHT]), max_size=7)
@@ -57,9 +65,31 @@ def test_fallback_keeps_valid_prefix_and_uses_fallback():
         parse_with_fallback("???", 4, None)
 
 
+@given(moves, st.sampled_from(GOAL_WORDS))
+@settings(max_examples=40, deadline=None)
+def test_goal_prefix_round_trip(acts, goal):
+    seq = acts + [NavAction.STOP]
+    text = format_answer(seq, goal)
+    assert text.startswith(goal + ": ")
+    g, rest = split_goal(text)
+    assert g == goal and parse_actions(rest) == seq
+    assert format_answer(seq) == format_actions(seq)
+
+
+def test_split_goal_needs_a_goal_word_and_a_colon():
+    assert split_goal(" Ahead : forward stop") == ("ahead", " forward stop")
+    assert split_goal("forward left") == (None, "forward left")  # no prefix: the whole text is actions
+    assert split_goal("up: forward") == (None, "up: forward")  # not a goal word
+    with pytest.raises(ValueError, match="goal must be one of"):
+        format_answer([1], "behind")
+    with pytest.raises(TypeError):
+        split_goal(3)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("kw,field", [({"num_future_steps": 0}, "num_future_steps"), ({"fallback": "jump"}, "fallback"),
                                       ({"execute_steps": 9}, "execute_steps"), ({"num_history": -1}, "num_history"),
-                                      ({"routing_fallback": "yes"}, "routing_fallback")])
+                                      ({"routing_fallback": "yes"}, "routing_fallback"),
+                                      ({"goal_prefix": 1}, "goal_prefix")])
 def test_agent_config_validation(kw, field):
     with pytest.raises((ValueError, TypeError), match=field):
         VLNAgentConfig(**kw)

@@ -59,6 +59,31 @@ def test_acts_on_rendered_frame_and_plans_several_steps(vlm_dir, frame):
     assert pol.diagnostics()["route"] is None
 
 
+def test_goal_prefix_answers_are_read_after_the_goal_word(vlm_dir, frame):
+    """A tiny model taught one answer with a goal word: the policy executes the actions after it, reports the goal
+    word in its diagnostics and counts no parse failure; the same model read without goal_prefix is malformed."""
+    from agents.vlm.bundle import load_vlm
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
+    from agents.vln.processor_vln import VLNProcessor, build_prompt, tile_frames
+    from training.vln.data import Sample
+    from training.vln.trainer import Imitation
+
+    cfg = VLNAgentConfig(num_history=0, num_future_steps=3, goal_prefix=True)
+    bundle = load_vlm(vlm_dir)
+    for p in bundle.model.parameters():
+        p.requires_grad_(True)
+    sample = Sample(tile_frames([frame.rgb], 0, 32), build_prompt(frame.instruction, [], cfg), "right: left forward")
+    torch.manual_seed(0)
+    Imitation(bundle.model, VLNProcessor(bundle.processor, bundle.family, 32, cfg), lr=3e-3,
+              batch_size=1).run([sample], 60)
+    pol = AlldayWalkerPolicy(bundle, cfg)
+    assert [pol.act(frame), pol.act(frame)] == [NavAction.TURN_LEFT, NavAction.MOVE_FORWARD]
+    d = pol.diagnostics()
+    assert d["goal"] == "right" and d["parse_failures"] == 0 and d["calls"] == 1
+    plain = AlldayWalkerPolicy(bundle, VLNAgentConfig(num_history=0, num_future_steps=3))
+    assert plain.act(frame) == NavAction.STOP and plain.diagnostics()["parse_failures"] == 1  # "right:" is no action
+
+
 def test_empty_instruction_is_a_clear_error(vlm_dir, frame):
     pol = _policy(vlm_dir)
     bad = Observation(rgb=frame.rgb, depth=None, pose=Pose((0.0, 0.0, 0.0), 0.0), instruction="   ")

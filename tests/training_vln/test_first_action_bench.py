@@ -57,6 +57,12 @@ def test_split_report_counts_and_majorities() -> None:
     assert rep["object_hidden"]["states"] == 2 and rep["object_hidden"]["accuracy"] == 1.0
 
 
+def test_goal_prefix_targets_count_their_first_action() -> None:
+    samples = [_sample("right: left forward"), _sample("none: left"), _sample("forward stop")]
+    assert [bench.teacher_first(s) for s in samples] == ["left", "left", "forward"]
+    assert bench.split_report(samples, [True, True, False], [True] * 3)["all"]["teacher"] == {"left": 2, "forward": 1}
+
+
 def test_quick_run_splits_every_state(capsys) -> None:
     assert bench.main(["--quick", "--threads", "1", "--scene"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

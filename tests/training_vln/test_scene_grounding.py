@@ -154,3 +154,25 @@ def test_navigator_samples_from_scene_questions(nav_cfg) -> None:
     samples = sg.cotrain_samples(cfg, cfg.scene_grounding_config())
     assert samples and all(s.image.shape == (64, 64, 3) for s in samples)
     assert all(s.prompt.startswith("where is the ") and s.target in sg.ANSWERS for s in samples)
+
+
+def test_goal_prefix_targets_say_where_the_goal_is(nav_cfg) -> None:
+    """collect() with goal_prefix: every target starts with the goal object's place in that very frame."""
+    from agents.vln.actions import parse_actions, split_goal
+    from training.vln.data import collect
+    from training.vln.navigator import make_env, make_episodes
+
+    cfg = VLNTrainConfig(**{**nav_cfg.to_dict(), "agent": {"num_history": 0, "num_future_steps": 3,
+                                                           "goal_prefix": True}})
+    eps, gts = make_episodes(cfg, "train")
+    env = make_env(cfg, "normal", eps, gts)
+    seen: list[str] = []
+    try:
+        samples = collect(env, range(len(eps)), cfg.agent_config(), cfg.image_size, on_state=lambda e: seen.append(
+            sg.where_answer(e.item_masks().get(e.goal_item()), 1)))
+    finally:
+        env.close()
+    goals = [split_goal(s.target) for s in samples]
+    assert all(g is not None and parse_actions(rest) for g, rest in goals)
+    assert [g for g, _ in goals] == seen
+    assert {"left", "ahead", "right"} & set(seen), "the goal object was never in view"

@@ -2,8 +2,9 @@
 
 A sample is what one model call sees plus the teacher's answer: the tiled frame image (current + history, uint8),
 the prompt (instruction + past actions) and the target action words (the shortest-path follower's next
-``num_future_steps`` actions from that pose, ending at ``stop``). States visited by the learner (DAgger) are
-labelled by the same follower, so off-path states get corrective labels.
+``num_future_steps`` actions from that pose, ending at ``stop``; with ``goal_prefix``, after where the goal object
+is in the frame, from the simulator's segmentation). States visited by the learner (DAgger) are labelled by the same
+follower, so off-path states get corrective labels.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from agents.core.types import NavAction
-from agents.vln.actions import format_actions
+from agents.vln.actions import format_answer
 from agents.vln.configuration_vln import VLNAgentConfig
 from agents.vln.modeling_vln import AlldayWalkerPolicy
 from agents.vln.processor_vln import build_prompt, tile_frames
@@ -48,6 +49,16 @@ def teacher_actions(env: MujocoNavEnv, k: int) -> list[NavAction]:
     gx, gy, _ = habitat_to_mj(env.episode.goals[0].position)
     _, actions, _ = follower.rollout(x, y, theta_to_phi(env.pose.heading), gx, gy, max_steps=k)
     return [NavAction(a) for a in actions]
+
+
+def goal_location(env: MujocoNavEnv) -> str:
+    """Where the episode's goal object is in the current frame (``agents.vln.actions.GOAL_WORDS``), from the
+    simulator's segmentation: the label of ``goal_prefix`` answers."""
+    from training.vln.scene_grounding import where_answer
+
+    if not hasattr(env, "item_masks"):
+        raise ValueError(f"goal_prefix needs an env with segmentation (MujocoNavEnv), got {type(env).__name__}")
+    return where_answer(env.item_masks().get(env.goal_item()), 1) or "none"
 
 
 def collect(env: MujocoNavEnv, episode_indices: Sequence[int], cfg: VLNAgentConfig, image_size: int,
@@ -81,8 +92,9 @@ def collect(env: MujocoNavEnv, episode_indices: Sequence[int], cfg: VLNAgentConf
             teacher = teacher_actions(env, cfg.num_future_steps)
             if on_state is not None:
                 on_state(env)
+            goal = goal_location(env) if cfg.goal_prefix else None
             out.append(Sample(tile_frames(list(frames), cfg.num_history, image_size),
-                              build_prompt(obs["instruction"], prev, cfg), format_actions(teacher), *task_ids,
+                              build_prompt(obs["instruction"], prev, cfg), format_answer(teacher, goal), *task_ids,
                               frame=obs["rgb"] if keep_frames else None))
             action = teacher[0]
             if policy is not None and beta < 1.0:

@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 
 from agents.core.config import check_ints, check_numbers, config_from_dict
+from agents.vln.actions import GOAL_WORDS
 
 log = logging.getLogger(__name__)
 
 QUESTION = "where is the {label}?"
-ANSWERS = ("left", "ahead", "right", "none")
+ANSWERS = GOAL_WORDS
 #: curricula: large objects and the left/right contrast first, then the middle, then small and out-of-view objects
 STAGE_PRESETS: dict[str, list[list[Any]]] = {
     "coarse_to_fine": [[150, "left right"], [150, "left ahead right"], [40, "left ahead right"],
