@@ -21,6 +21,9 @@ from sim.nav.occupancy import OccupancyGrid
 log = logging.getLogger(__name__)
 
 
+GOAL_SIDES = ("random", "nearest")
+
+
 @dataclass(frozen=True)
 class EpisodeGenConfig:
     """How episodes are sampled. Distances are geodesic metres."""
@@ -33,12 +36,15 @@ class EpisodeGenConfig:
     agent_radius: float = 0.18
     tries_per_episode: int = 60
     same_room: bool = False  # start in the goal object's room (goal-description episodes a small model can learn)
+    goal_side: str = "random"  # the item's side the goal point is in front of: "random" or "nearest" to the start
 
     def __post_init__(self) -> None:
         if not 0 < self.min_distance < self.max_distance:
             raise ValueError(f"need 0 < min_distance < max_distance, got {self.min_distance}, {self.max_distance}")
         if self.goal_offset <= 0 or self.waypoint_spacing <= 0 or self.max_steps < 1:
             raise ValueError("goal_offset and waypoint_spacing must be > 0 and max_steps >= 1")
+        if self.goal_side not in GOAL_SIDES:
+            raise ValueError(f"goal_side must be one of {GOAL_SIDES}, got {self.goal_side!r}")
 
 
 def scene_list(n_scenes: int, seed: int = 0, styles: Sequence[str] | None = None) -> list[tuple[str, int]]:
@@ -51,15 +57,21 @@ def scene_list(n_scenes: int, seed: int = 0, styles: Sequence[str] | None = None
 
 
 def _goal_point(grid: OccupancyGrid, item, offset: float, rng: np.random.Generator) -> tuple[float, float] | None:
-    """A navigable point ``offset`` m in front of one side of the item."""
-    sides = rng.permutation(4)
-    for s in sides:
+    """A navigable point ``offset`` m in front of a random side of the item."""
+    sides = _side_points(grid, item, offset, rng)
+    return sides[0] if sides else None
+
+
+def _side_points(grid: OccupancyGrid, item, offset: float, rng: np.random.Generator) -> list[tuple[float, float]]:
+    """The navigable points ``offset`` m in front of each side of the item, in random order."""
+    out = []
+    for s in rng.permutation(4):
         dx, dy = [(1, 0), (-1, 0), (0, 1), (0, -1)][s]
         x = item.x + dx * (item.sx + offset + grid.agent_radius)
         y = item.y + dy * (item.sy + offset + grid.agent_radius)
         if grid.is_navigable(x, y):
-            return x, y
-    return None
+            out.append((x, y))
+    return out
 
 
 def _waypoints(path: np.ndarray, spacing: float) -> list[np.ndarray]:
@@ -84,8 +96,8 @@ def sample_episode(house: House, grid: OccupancyGrid, rng: np.random.Generator, 
     free_y = grid.origin[1] + (free_rows + 0.5) * grid.resolution
     for _ in range(cfg.tries_per_episode):
         item = house.furniture[int(rng.integers(0, len(house.furniture)))]
-        goal = _goal_point(grid, item, cfg.goal_offset, rng)
-        if goal is None:
+        sides = _side_points(grid, item, cfg.goal_offset, rng)
+        if not sides:
             continue
         if cfg.same_room:  # draw the start among the free cells of the goal object's room
             room = house.rooms[item.room]
@@ -99,6 +111,8 @@ def sample_episode(house: House, grid: OccupancyGrid, rng: np.random.Generator, 
         sx, sy = grid.to_world(int(free_rows[k]), int(free_cols[k]))
         if cfg.same_room and getattr(house.room_at(sx, sy), "index", None) != item.room:
             continue  # a cell on a wall line shared with a room listed earlier
+        # the goal point: in front of a random side, or of the side the start reaches first (the object's near face)
+        goal = min(sides, key=lambda g: grid.geodesic(sx, sy, *g)) if cfg.goal_side == "nearest" else sides[0]
         d = grid.geodesic(sx, sy, *goal)
         if not (cfg.min_distance <= d <= cfg.max_distance):
             continue

@@ -150,3 +150,30 @@ def test_save_and_load_round_trip(tmp_path: Path, with_conditions: Generated) ->
     assert loaded == episodes
     assert loaded_gt == gts
     assert load_vocab(tmp_path, "val_seen") == vocab
+
+
+def test_nearest_goal_side_is_the_face_the_start_reaches_first() -> None:
+    """goal_side='nearest': the goal point is in front of the side of the goal object with the shortest geodesic
+    from the start, among all its navigable sides; 'random' (the default) is not always that side."""
+    from sim.nav.episode_gen import _side_points
+
+    picked_nearest = {}
+    for side in ("nearest", "random"):
+        cfg = EpisodeGenConfig(min_distance=1.0, max_distance=4.0, same_room=True, goal_side=side,
+                               tries_per_episode=400)
+        eps, _, _ = generate_episodes(SCENES[:1], 12, seed=3, cfg=cfg, progress=False)
+        house = generate_house(*reversed(parse_scene_id(eps[0].scene_id)))
+        grid = grid_for_scene(eps[0].scene_id)
+        flags = []
+        for ep in eps:
+            sx, sy, _ = habitat_to_mj(ep.start_position)
+            gx, gy, _ = habitat_to_mj(ep.goals[0].position)
+            item = min((it for it in house.furniture if it.label == ep.info["goal_object"]),
+                       key=lambda it: it.distance_to(gx, gy))
+            best = min(grid.geodesic(sx, sy, *p) for p in _side_points(grid, item, 0.5, np.random.default_rng(0)))
+            flags.append(grid.geodesic(sx, sy, gx, gy) <= best + 1e-6)
+        picked_nearest[side] = flags
+    assert all(picked_nearest["nearest"])
+    assert not all(picked_nearest["random"])
+    with pytest.raises(ValueError, match="goal_side"):
+        EpisodeGenConfig(goal_side="far")

@@ -126,7 +126,8 @@ def test_checkpoint_resume(cfg, tmp_path, monkeypatch):
                                       ({"grounding": {"stages": [[0, 1, 1.0]]}}, "stages"),
                                       ({"grounding": {"lrr": 1e-3}}, "lrr"),
                                       ({"grounding": [1]}, "grounding"),
-                                      ({"grounding": {}}, "do not fit 32 px")])
+                                      ({"grounding": {}}, "do not fit 32 px"),
+                                      ({"goal_side": "far"}, "goal_side")])
 def test_train_config_validation(kw, field):
     with pytest.raises((ValueError, TypeError), match=field):
         VLNTrainConfig(**{**BASE, **kw})

@@ -50,6 +50,7 @@ class VLNTrainConfig:
     max_steps: int = 60
     success_distance: float = 1.0
     same_room: bool = False
+    goal_side: str = "random"
     train_conditions: list[str] = field(default_factory=lambda: ["normal"])
     eval_conditions: list[str] = field(default_factory=lambda: ["normal", "low_light", "overexposure", "scattering"])
     condition_params: dict[str, dict[str, Any]] = field(default_factory=lambda: {"low_light": dict(MILD_NIGHT)})
@@ -78,6 +79,10 @@ class VLNTrainConfig:
             raise ValueError(f"VLNTrainConfig.min_distance ({self.min_distance}) must be < max_distance "
                              f"({self.max_distance})")
         from sim.nav.conditions import available_conditions, make_condition
+        from sim.nav.episode_gen import GOAL_SIDES
+
+        if self.goal_side not in GOAL_SIDES:
+            raise ValueError(f"VLNTrainConfig.goal_side must be one of {GOAL_SIDES}, got {self.goal_side!r}")
 
         known = available_conditions()
         for name in ("train_conditions", "eval_conditions"):

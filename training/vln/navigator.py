@@ -42,7 +42,7 @@ def make_episodes(cfg: VLNTrainConfig, split: str, per_scene: int | None = None,
     all_scenes = scene_list(cfg.n_scenes, cfg.scene_seed)
     chosen = [all_scenes[i] for i in (scenes if scenes is not None else range(cfg.n_scenes))]
     gen = EpisodeGenConfig(min_distance=cfg.min_distance, max_distance=cfg.max_distance, max_steps=cfg.max_steps,
-                           tries_per_episode=400, same_room=cfg.same_room)
+                           tries_per_episode=400, same_room=cfg.same_room, goal_side=cfg.goal_side)
     eps, gts, _ = generate_episodes(chosen, n, seed=cfg.seed + offsets[split] + seed_offset, cfg=gen, progress=progress)
     return eps, gts
 
