@@ -144,7 +144,7 @@ def test_yaml_overrides_and_unknown_keys(tmp_path):
         VLNTrainConfig.from_yaml(p, ["steps"])
 
 
-@pytest.mark.parametrize("name", ["base", "tiny", "same_room"])
+@pytest.mark.parametrize("name", ["base", "tiny", "same_room", "same_room_scene"])
 def test_shipped_configs_load(name):
     from pathlib import Path
 
