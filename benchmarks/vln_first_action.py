@@ -64,7 +64,7 @@ def teacher_states(cfg: Any, episodes: int | None = None, progress: bool = False
 
     try:
         samples = collect(env, range(len(eps)), cfg.agent_config(), cfg.image_size, progress=progress,
-                          on_state=on_state)
+                          on_state=on_state, teacher=cfg.teacher)
     finally:
         env.close()
     return samples, in_view, visible

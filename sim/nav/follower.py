@@ -74,6 +74,63 @@ class ShortestPathFollower:
         return positions, actions, phi
 
 
+class SightlineFollower(ShortestPathFollower):
+    """A teacher that steers by what the camera sees.
+
+    While the goal point is in straight line of sight (the segment to it is navigable) and farther than
+    ``near_radius``, and the point it aims at (``aim``: the goal object's centre, say; default the goal point) is
+    in the camera's horizontal field of view (``hfov_deg``), it turns toward the aim whenever it is outside the
+    frame's middle third and moves forward otherwise. Out of view, occluded, blocked, or near the goal it is the
+    shortest-path follower. Its action is then a function of where the goal is in the frame, which
+    a navigator that sees the frame can imitate (the geodesic follower turns only once the heading is some 28
+    degrees off, so the frame hardly predicts its first action: ``docs/alldaywalker.md``, "A fifth look").
+    """
+
+    def __init__(self, grid: OccupancyGrid, spec: MotionSpec | None = None, stop_radius: float = 0.2,
+                 keep_heading_tol: float = 0.03, hfov_deg: float = 79.0, near_radius: float = 1.2,
+                 aim: tuple[float, float] | None = None) -> None:
+        super().__init__(grid, spec, stop_radius, keep_heading_tol)
+        if not 1.0 <= hfov_deg <= 179.0:
+            raise ValueError(f"hfov_deg must be in [1, 179], got {hfov_deg}")
+        if near_radius < stop_radius:
+            raise ValueError(f"near_radius ({near_radius}) must be >= stop_radius ({stop_radius})")
+        self.half_fov = math.radians(hfov_deg) / 2
+        #: bearing of the frame's third boundaries (pinhole camera)
+        self.third = math.atan(math.tan(self.half_fov) / 3)
+        self.near_radius = float(near_radius)
+        self.aim = aim
+
+    def next_action(self, x: float, y: float, phi: float, gx: float, gy: float) -> NavAction:
+        if math.hypot(gx - x, gy - y) > self.near_radius and self.grid.segment_free(x, y, gx, gy):
+            ax, ay = self.aim if self.aim is not None else (gx, gy)
+            d = math.atan2(ay - y, ax - x) - phi
+            bearing = math.atan2(math.sin(d), math.cos(d))  # CCW positive: the aim is to the left
+            if abs(bearing) < self.half_fov:
+                if bearing > self.third:
+                    return NavAction.TURN_LEFT
+                if bearing < -self.third:
+                    return NavAction.TURN_RIGHT
+                step = self.spec.forward_step
+                if self.grid.segment_free(x, y, x + step * math.cos(phi), y + step * math.sin(phi)):
+                    return NavAction.MOVE_FORWARD
+        return super().next_action(x, y, phi, gx, gy)
+
+
+#: teachers for imitation by name (``VLNTrainConfig.teacher``)
+FOLLOWERS: dict[str, type[ShortestPathFollower]] = {"geodesic": ShortestPathFollower, "sightline": SightlineFollower}
+
+
+def make_follower(name: str, grid: OccupancyGrid, spec: MotionSpec | None = None, hfov_deg: float = 79.0,
+                  aim: tuple[float, float] | None = None) -> ShortestPathFollower:
+    """The teacher ``name`` (a key of ``FOLLOWERS``) on ``grid``; ``hfov_deg`` is the camera's horizontal FOV and
+    ``aim`` the point the ``sightline`` teacher steers at (the goal object's centre; None: the goal point)."""
+    if name not in FOLLOWERS:
+        raise ValueError(f"unknown teacher {name!r}; known: {sorted(FOLLOWERS)}")
+    if name == "sightline":
+        return SightlineFollower(grid, spec, hfov_deg=hfov_deg, aim=aim)
+    return FOLLOWERS[name](grid, spec)
+
+
 class OraclePolicy(Policy):
     """The follower as a Policy: privileged access to the environment's pose and goal."""
 
@@ -88,4 +145,4 @@ class OraclePolicy(Policy):
 
 
 
-__all__ = ["ShortestPathFollower", "OraclePolicy"]
+__all__ = ["FOLLOWERS", "OraclePolicy", "ShortestPathFollower", "SightlineFollower", "make_follower"]

@@ -11,7 +11,7 @@ import pytest
 from agents.core.types import NavAction
 from sim.core.frames import habitat_to_mj, phi_to_theta, quat_to_yaw, wrap_angle
 from sim.nav.episode_gen import EpisodeGenConfig, _goal_point, sample_episode
-from sim.nav.follower import ShortestPathFollower
+from sim.nav.follower import FOLLOWERS, ShortestPathFollower, SightlineFollower, make_follower
 from sim.nav.house import ROOM_KINDS, STYLES, Door, House, Room, _build_walls, generate_house
 from sim.nav.layouts import RoomRect
 from sim.nav.motion import MotionSpec, apply_action
@@ -218,3 +218,78 @@ def test_no_left_right_dithering_regression() -> None:
     positions, actions, _ = ShortestPathFollower(grid).rollout(*start, math.radians(120), *goal, max_steps=300)
     assert actions[-1] == NavAction.STOP and len(actions) < 100
     assert grid.geodesic(*positions[-1], *goal) <= 0.2
+
+
+# ---- the sightline teacher -------------------------------------------------------------------------------------
+def _sightline_pair(grid: OccupancyGrid, rng: np.random.Generator,
+                    min_dist: float = 2.5) -> tuple[float, float, float, float]:
+    """A start and goal at least ``min_dist`` apart with a navigable straight segment between them."""
+    rows, cols = np.nonzero(grid.navigable)
+    for _ in range(20000):
+        i, j = rng.integers(len(rows), size=2)
+        x, y = grid.to_world(int(rows[i]), int(cols[i]))
+        gx, gy = grid.to_world(int(rows[j]), int(cols[j]))
+        if math.dist((x, y), (gx, gy)) >= min_dist and grid.segment_free(x, y, gx, gy):
+            return x, y, gx, gy
+    raise AssertionError("no line-of-sight pair found")
+
+
+def test_sightline_steers_by_the_frame_thirds() -> None:
+    """In view and in sight, the action is set by where the goal is in the frame: outside the middle third
+    (pinhole, 79 degree FOV: |bearing| > 15.4 degrees) turn toward it, inside it go forward; out of view it is
+    the shortest-path follower."""
+    house = generate_house(101, STYLES.names()[0])
+    grid = OccupancyGrid(house)
+    sight, geo = SightlineFollower(grid), ShortestPathFollower(grid)
+    assert math.degrees(sight.third) == pytest.approx(15.4, abs=0.1)
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(10):
+        x, y, gx, gy = _sightline_pair(grid, rng)
+        to_goal = math.atan2(gy - y, gx - x)
+        for off_deg, want in ((25.0, NavAction.TURN_LEFT), (-25.0, NavAction.TURN_RIGHT),
+                              (35.0, NavAction.TURN_LEFT), (-35.0, NavAction.TURN_RIGHT)):
+            # the heading is off_deg clockwise of the goal, so the goal is off_deg to the left (CCW positive)
+            assert sight.next_action(x, y, to_goal - math.radians(off_deg), gx, gy) == want
+        assert sight.next_action(x, y, to_goal, gx, gy) == NavAction.MOVE_FORWARD
+        for off_deg in (60.0, -60.0, 150.0):  # out of the field of view: the geodesic follower decides
+            phi = to_goal - math.radians(off_deg)
+            assert sight.next_action(x, y, phi, gx, gy) == geo.next_action(x, y, phi, gx, gy)
+        checked += 1
+    assert checked == 10
+    # an aim point other than the goal: steer at it (the goal object's centre, say)
+    x, y, gx, gy = _sightline_pair(grid, rng)
+    to_goal = math.atan2(gy - y, gx - x)
+    aim = (x + 3 * math.cos(to_goal + math.radians(30)), y + 3 * math.sin(to_goal + math.radians(30)))
+    assert SightlineFollower(grid, aim=aim).next_action(x, y, to_goal, gx, gy) == NavAction.TURN_LEFT
+
+
+def test_sightline_rollouts_reach_the_goal(runs: list[Run]) -> None:
+    """On the same start/goal pairs as the shortest-path follower: every rollout stops at the goal, near-shortest."""
+    spls = []
+    for style in STYLES.names():
+        for seed in range(SEEDS_PER_STYLE):
+            house = generate_house(100 + seed, style)
+            grid = OccupancyGrid(house)
+            follower = SightlineFollower(grid)
+            for r in (r for r in runs if r.scene == house.scene_id):
+                positions, actions, _ = follower.rollout(*r.start, 0.0, *r.goal, max_steps=600)
+                assert actions[-1] == NavAction.STOP, (r.scene, r.start, r.goal)
+                assert grid.geodesic(*positions[-1], *r.goal) <= 0.2 + 1e-9
+                length = sum(math.dist(a, b) for a, b in zip(positions[:-1], positions[1:]))
+                spls.append(r.geodesic / max(length, r.geodesic))
+    assert len(spls) == len(runs)
+    assert np.mean(spls) >= 0.9, np.mean(spls)
+
+
+def test_make_follower_registry() -> None:
+    grid = OccupancyGrid(generate_house(101, STYLES.names()[0]))
+    assert set(FOLLOWERS) == {"geodesic", "sightline"}
+    assert type(make_follower("geodesic", grid)) is ShortestPathFollower
+    sight = make_follower("sightline", grid, hfov_deg=90.0, aim=(1.0, 2.0))
+    assert isinstance(sight, SightlineFollower) and sight.aim == (1.0, 2.0)
+    assert math.degrees(sight.half_fov) == pytest.approx(45.0)
+    with pytest.raises(ValueError, match="unknown teacher 'oracle'"):
+        make_follower("oracle", grid)
+    with pytest.raises(ValueError, match="hfov_deg"):
+        SightlineFollower(grid, hfov_deg=200.0)

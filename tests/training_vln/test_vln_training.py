@@ -66,6 +66,30 @@ def test_imitation_lowers_loss(cfg, world, bundle):
     assert after < 0.8 * before, (before, after)
 
 
+def test_sightline_teacher_demonstrations(cfg, world):
+    """collect(teacher='sightline'): demonstrations steered at the goal object reach the goal (the last target is
+    stop, within the success distance) and the labels differ from the shortest-path follower's somewhere."""
+    import dataclasses
+
+    from training.vln.data import collect, teacher_actions
+    from training.vln.navigator import make_env
+
+    env = make_env(dataclasses.replace(cfg, max_steps=80), "normal", *world)
+    try:
+        differ = 0
+        for i in range(len(world[0])):
+            def check(e):
+                nonlocal differ
+                differ += teacher_actions(e, 1, "sightline") != teacher_actions(e, 1, "geodesic")
+
+            samples = collect(env, [i], cfg.agent_config(), cfg.image_size, teacher="sightline", on_state=check)
+            assert samples[-1].target == "stop"
+            assert env.geodesic_to_goal(env.pose.position) <= cfg.success_distance
+    finally:
+        env.close()
+    assert differ > 0
+
+
 def test_dagger_relabels_learner_states_with_the_oracle(cfg, world, bundle):
     from agents.vln.modeling_vln import AlldayWalkerPolicy
     from training.vln.data import collect, teacher_actions
@@ -127,7 +151,7 @@ def test_checkpoint_resume(cfg, tmp_path, monkeypatch):
                                       ({"grounding": {"lrr": 1e-3}}, "lrr"),
                                       ({"grounding": [1]}, "grounding"),
                                       ({"grounding": {}}, "do not fit 32 px"),
-                                      ({"goal_side": "far"}, "goal_side")])
+                                      ({"goal_side": "far"}, "goal_side"), ({"teacher": "oracle"}, "teacher")])
 def test_train_config_validation(kw, field):
     with pytest.raises((ValueError, TypeError), match=field):
         VLNTrainConfig(**{**BASE, **kw})

@@ -28,8 +28,10 @@ class VLNTrainConfig:
     Backbone: ``vlm_path`` (a saved/real VLM directory) or a tiny random-weight ``family`` model of sizes
     ``tiny``. Episodes: ``n_scenes`` houses, ``episodes_per_scene`` training and ``eval_per_scene`` held-out
     episodes of ``min_distance``..``max_distance`` m geodesic, at most ``max_steps`` steps, success within
-    ``success_distance`` m. ``train_conditions`` are rendered for training, ``eval_conditions`` for the
-    drop measurement; ``condition_params`` override each condition's parameters (default: a milder night).
+    ``success_distance`` m, demonstrated by ``teacher`` (``sim.nav.follower.FOLLOWERS``: the shortest-path
+    follower or the ``sightline`` one, which steers by where the goal is in the frame). ``train_conditions`` are
+    rendered for training, ``eval_conditions`` for the drop measurement; ``condition_params`` override each
+    condition's parameters (default: a milder night).
     """
 
     out_dir: str = "runs/vln/base"
@@ -51,6 +53,7 @@ class VLNTrainConfig:
     success_distance: float = 1.0
     same_room: bool = False
     goal_side: str = "random"
+    teacher: str = "geodesic"
     train_conditions: list[str] = field(default_factory=lambda: ["normal"])
     eval_conditions: list[str] = field(default_factory=lambda: ["normal", "low_light", "overexposure", "scattering"])
     condition_params: dict[str, dict[str, Any]] = field(default_factory=lambda: {"low_light": dict(MILD_NIGHT)})
@@ -83,6 +86,10 @@ class VLNTrainConfig:
 
         if self.goal_side not in GOAL_SIDES:
             raise ValueError(f"VLNTrainConfig.goal_side must be one of {GOAL_SIDES}, got {self.goal_side!r}")
+        from sim.nav.follower import FOLLOWERS
+
+        if self.teacher not in FOLLOWERS:
+            raise ValueError(f"VLNTrainConfig.teacher must be one of {sorted(FOLLOWERS)}, got {self.teacher!r}")
 
         known = available_conditions()
         for name in ("train_conditions", "eval_conditions"):

@@ -1,10 +1,10 @@
 """Imitation data in the simulator: oracle demonstrations and DAgger relabelling of the learner's own states.
 
 A sample is what one model call sees plus the teacher's answer: the tiled frame image (current + history, uint8),
-the prompt (instruction + past actions) and the target action words (the shortest-path follower's next
-``num_future_steps`` actions from that pose, ending at ``stop``; with ``goal_prefix``, after where the goal object
-is in the frame, from the simulator's segmentation). States visited by the learner (DAgger) are labelled by the same
-follower, so off-path states get corrective labels.
+the prompt (instruction + past actions) and the target action words (the teacher's next ``num_future_steps`` actions
+from that pose, ending at ``stop``: the shortest-path follower or the ``sightline`` one; with ``goal_prefix``, after
+where the goal object is in the frame, from the simulator's segmentation). States visited by the learner (DAgger) are
+labelled by the same teacher, so off-path states get corrective labels.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from agents.vln.modeling_vln import AlldayWalkerPolicy
 from agents.vln.processor_vln import build_prompt, tile_frames
 from sim.core.frames import habitat_to_mj, theta_to_phi
 from sim.nav.env import MujocoNavEnv
-from sim.nav.follower import ShortestPathFollower
+from sim.nav.follower import make_follower
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,12 @@ class Sample:
     frame: np.ndarray | None = None
 
 
-def teacher_actions(env: MujocoNavEnv, k: int) -> list[NavAction]:
-    """The follower's next ``k`` actions from the env's current pose (kinematic rollout, no rendering)."""
-    follower = ShortestPathFollower(env.grid, env.motion)
+def teacher_actions(env: MujocoNavEnv, k: int, teacher: str = "geodesic") -> list[NavAction]:
+    """The teacher's next ``k`` actions from the env's current pose (kinematic rollout, no rendering); ``teacher``
+    names a follower of ``sim.nav.follower.FOLLOWERS`` (``sightline`` steers at the goal object's centre)."""
+    item = env.goal_item() if teacher == "sightline" else None
+    aim = None if item is None else (env.house.furniture[item].x, env.house.furniture[item].y)
+    follower = make_follower(teacher, env.grid, env.motion, env.config.hfov_deg, aim)
     x, y, _ = habitat_to_mj(env.pose.position)
     gx, gy, _ = habitat_to_mj(env.episode.goals[0].position)
     _, actions, _ = follower.rollout(x, y, theta_to_phi(env.pose.heading), gx, gy, max_steps=k)
@@ -64,9 +67,9 @@ def goal_location(env: MujocoNavEnv) -> str:
 def collect(env: MujocoNavEnv, episode_indices: Sequence[int], cfg: VLNAgentConfig, image_size: int,
             policy: AlldayWalkerPolicy | None = None, beta: float = 1.0, seed: int = 0, condition: str | None = None,
             task_ids: tuple[int, int] = (0, 0), progress: bool = False, keep_frames: bool = False,
-            on_state: Callable[[MujocoNavEnv], None] | None = None) -> list[Sample]:
-    """Roll out episodes and label every visited state with the teacher (``on_state(env)`` is called at each one,
-    before its sample is added).
+            on_state: Callable[[MujocoNavEnv], None] | None = None, teacher: str = "geodesic") -> list[Sample]:
+    """Roll out episodes and label every visited state with the ``teacher`` follower (``on_state(env)`` is called
+    at each one, before its sample is added).
 
     ``policy=None`` or ``beta=1``: the teacher drives (behaviour cloning). Otherwise DAgger: at each step the
     teacher's action is executed with probability ``beta`` and the learner's otherwise; all states are labelled.
@@ -89,14 +92,14 @@ def collect(env: MujocoNavEnv, episode_indices: Sequence[int], cfg: VLNAgentConf
         done = False
         while not done:
             frames.appendleft(obs["rgb"])
-            teacher = teacher_actions(env, cfg.num_future_steps)
+            labels = teacher_actions(env, cfg.num_future_steps, teacher)
             if on_state is not None:
                 on_state(env)
             goal = goal_location(env) if cfg.goal_prefix else None
             out.append(Sample(tile_frames(list(frames), cfg.num_history, image_size),
-                              build_prompt(obs["instruction"], prev, cfg), format_answer(teacher, goal), *task_ids,
+                              build_prompt(obs["instruction"], prev, cfg), format_answer(labels, goal), *task_ids,
                               frame=obs["rgb"] if keep_frames else None))
-            action = teacher[0]
+            action = labels[0]
             if policy is not None and beta < 1.0:
                 learner = NavAction.parse(policy.act(env.to_observation(obs)))
                 if rng.random() >= beta:

@@ -130,7 +130,7 @@ def prepare_data(cfg: LifelongConfig, tasks: list[Task], progress: bool = False)
         env = make_env(cfg.base, t.condition, eps, gts)
         try:
             samples = collect(env, range(len(eps)), agent_cfg, cfg.base.image_size, seed=t.index,
-                              task_ids=(t.scene, t.env), keep_frames=True)
+                              task_ids=(t.scene, t.env), keep_frames=True, teacher=cfg.base.teacher)
         finally:
             env.close()
         ev, egts = make_episodes(cfg.base, "task", cfg.eval_per_task, [t.scene], seed_offset=100 * t.index + 50)

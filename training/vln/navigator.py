@@ -221,7 +221,7 @@ def _collect_phase(cfg: VLNTrainConfig, phase: str, bundle: Any, agent_cfg: Any,
             env = make_env(cfg, cond, train_eps, train_gts)
             try:
                 out += collect(env, range(len(train_eps)), agent_cfg, cfg.image_size, seed=cfg.seed,
-                               progress=progress)
+                               progress=progress, teacher=cfg.teacher)
             finally:
                 env.close()
         return out
@@ -233,7 +233,7 @@ def _collect_phase(cfg: VLNTrainConfig, phase: str, bundle: Any, agent_cfg: Any,
         env = make_env(cfg, cond, eps, gts)
         try:
             out += collect(env, range(len(eps)), agent_cfg, cfg.image_size, policy=policy, beta=beta,
-                           seed=cfg.seed + 31 * (r + 1), progress=progress)
+                           seed=cfg.seed + 31 * (r + 1), progress=progress, teacher=cfg.teacher)
         finally:
             env.close()
     return out

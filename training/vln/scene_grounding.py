@@ -145,7 +145,7 @@ def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress
 
     try:
         samples = collect(env, range(len(eps)), nav_cfg.agent_config(), nav_cfg.image_size, progress=progress,
-                          keep_frames=True, on_state=on_state)
+                          keep_frames=True, on_state=on_state, teacher=nav_cfg.teacher)
     finally:
         env.close()
     return [(s.frame, *qa) for s, qs in zip(samples, questions) for qa in qs]
