@@ -87,7 +87,7 @@ class SightlineFollower(ShortestPathFollower):
     """
 
     def __init__(self, grid: OccupancyGrid, spec: MotionSpec | None = None, stop_radius: float = 0.2,
-                 keep_heading_tol: float = 0.03, hfov_deg: float = 79.0, near_radius: float = 1.2,
+                 keep_heading_tol: float = 0.03, hfov_deg: float = 79.0, near_radius: float = 0.5,
                  aim: tuple[float, float] | None = None) -> None:
         super().__init__(grid, spec, stop_radius, keep_heading_tol)
         if not 1.0 <= hfov_deg <= 179.0:

@@ -66,18 +66,19 @@ def test_imitation_lowers_loss(cfg, world, bundle):
     assert after < 0.8 * before, (before, after)
 
 
-def test_sightline_teacher_demonstrations(cfg, world):
-    """collect(teacher='sightline'): demonstrations steered at the goal object reach the goal (the last target is
+def test_sightline_teacher_demonstrations(cfg):
+    """collect(teacher='sightline'): demonstrations steered by the frame thirds reach the goal (the last target is
     stop, within the success distance) and the labels differ from the shortest-path follower's somewhere."""
     import dataclasses
 
     from training.vln.data import collect, teacher_actions
-    from training.vln.navigator import make_env
+    from training.vln.navigator import make_env, make_episodes
 
-    env = make_env(dataclasses.replace(cfg, max_steps=80), "normal", *world)
+    eps = make_episodes(cfg, "eval", 6)
+    env = make_env(dataclasses.replace(cfg, max_steps=80), "normal", *eps)
     try:
         differ = 0
-        for i in range(len(world[0])):
+        for i in range(len(eps[0])):
             def check(e):
                 nonlocal differ
                 differ += teacher_actions(e, 1, "sightline") != teacher_actions(e, 1, "geodesic")
