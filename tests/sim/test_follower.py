@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,37 +39,42 @@ class Run:
         return sum(math.dist(a, b) for a, b in zip(self.positions[:-1], self.positions[1:]))
 
 
+def _house_grids() -> Iterator[tuple[int, str, House, OccupancyGrid]]:
+    """(seed, style, house, occupancy grid) of the houses the follower is tested in."""
+    for style in STYLES.names():
+        for seed in range(SEEDS_PER_STYLE):
+            house = generate_house(100 + seed, style)
+            yield seed, style, house, OccupancyGrid(house)
+
+
 @pytest.fixture(scope="module")
 def runs() -> list[Run]:
     """Rollouts on start/goal pairs drawn independently of the follower (no success filtering)."""
     out = []
-    for style in STYLES.names():
-        for seed in range(SEEDS_PER_STYLE):
-            house = generate_house(100 + seed, style)
-            grid = OccupancyGrid(house)
-            follower = ShortestPathFollower(grid)
-            rng = np.random.default_rng([seed, len(style)])
-            rows, cols = np.nonzero(grid.navigable)
-            n = 0
-            while n < PAIRS_PER_HOUSE:
-                k = int(rng.integers(len(rows)))
-                start = grid.to_world(int(rows[k]), int(cols[k]))
-                if n % 2 == 0:  # in front of a piece of furniture, as the episode generator does
-                    item = house.furniture[int(rng.integers(len(house.furniture)))]
-                    goal = _goal_point(grid, item, 0.5, rng)
-                    if goal is None:
-                        continue
-                else:
-                    j = int(rng.integers(len(rows)))
-                    goal = grid.to_world(int(rows[j]), int(cols[j]))
-                d = grid.geodesic(*start, *goal)
-                if not 1.0 <= d < math.inf:
+    for seed, style, house, grid in _house_grids():
+        follower = ShortestPathFollower(grid)
+        rng = np.random.default_rng([seed, len(style)])
+        rows, cols = np.nonzero(grid.navigable)
+        n = 0
+        while n < PAIRS_PER_HOUSE:
+            k = int(rng.integers(len(rows)))
+            start = grid.to_world(int(rows[k]), int(cols[k]))
+            if n % 2 == 0:  # in front of a piece of furniture, as the episode generator does
+                item = house.furniture[int(rng.integers(len(house.furniture)))]
+                goal = _goal_point(grid, item, 0.5, rng)
+                if goal is None:
                     continue
-                phi = TURN * int(rng.integers(24))
-                positions, actions, _ = follower.rollout(*start, phi, *goal, max_steps=600)
-                geos = [grid.geodesic(x, y, *goal) for x, y in positions]
-                out.append(Run(house.scene_id, start, goal, d, positions, actions, geos, follower.keep_heading_tol))
-                n += 1
+            else:
+                j = int(rng.integers(len(rows)))
+                goal = grid.to_world(int(rows[j]), int(cols[j]))
+            d = grid.geodesic(*start, *goal)
+            if not 1.0 <= d < math.inf:
+                continue
+            phi = TURN * int(rng.integers(24))
+            positions, actions, _ = follower.rollout(*start, phi, *goal, max_steps=600)
+            geos = [grid.geodesic(x, y, *goal) for x, y in positions]
+            out.append(Run(house.scene_id, start, goal, d, positions, actions, geos, follower.keep_heading_tol))
+            n += 1
     return out
 
 
@@ -267,17 +273,14 @@ def test_sightline_steers_by_the_frame_thirds() -> None:
 def test_sightline_rollouts_reach_the_goal(runs: list[Run]) -> None:
     """On the same start/goal pairs as the shortest-path follower: every rollout stops at the goal, near-shortest."""
     spls = []
-    for style in STYLES.names():
-        for seed in range(SEEDS_PER_STYLE):
-            house = generate_house(100 + seed, style)
-            grid = OccupancyGrid(house)
-            follower = SightlineFollower(grid)
-            for r in (r for r in runs if r.scene == house.scene_id):
-                positions, actions, _ = follower.rollout(*r.start, 0.0, *r.goal, max_steps=600)
-                assert actions[-1] == NavAction.STOP, (r.scene, r.start, r.goal)
-                assert grid.geodesic(*positions[-1], *r.goal) <= 0.2 + 1e-9
-                length = sum(math.dist(a, b) for a, b in zip(positions[:-1], positions[1:]))
-                spls.append(r.geodesic / max(length, r.geodesic))
+    for _, _, house, grid in _house_grids():
+        follower = SightlineFollower(grid)
+        for r in (r for r in runs if r.scene == house.scene_id):
+            positions, actions, _ = follower.rollout(*r.start, 0.0, *r.goal, max_steps=600)
+            assert actions[-1] == NavAction.STOP, (r.scene, r.start, r.goal)
+            assert grid.geodesic(*positions[-1], *r.goal) <= 0.2 + 1e-9
+            length = sum(math.dist(a, b) for a, b in zip(positions[:-1], positions[1:]))
+            spls.append(r.geodesic / max(length, r.geodesic))
     assert len(spls) == len(runs)
     assert np.mean(spls) >= 0.9, np.mean(spls)
 
