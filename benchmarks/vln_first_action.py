@@ -87,10 +87,7 @@ def generated_first_actions(bundle: Any, cfg: Any, samples: list[Any], batch_siz
     out: list[tuple[str | None, str | None]] = []
     for i in range(0, len(samples), batch_size):
         chunk = samples[i:i + batch_size]
-        inputs = policy.processor.generation_inputs([s.image for s in chunk], [s.prompt for s in chunk], bundle)
-        gen = bundle.model.generate(**inputs, max_new_tokens=policy.max_new_tokens, do_sample=False)
-        texts = policy.processor.tokenizer.batch_decode(gen[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
-        for t in texts:
+        for t in policy.generate([s.image for s in chunk], [s.prompt for s in chunk]):
             goal, rest = split_goal(t)
             try:
                 first = ACTION_WORDS[parse_with_fallback(rest, policy.config.num_future_steps, fallback=None)[0][0]]
@@ -106,8 +103,7 @@ def first_action_hits(bundle: Any, cfg: Any, samples: list[Any], batch_size: int
     import torch
 
     if cfg.agent_config().goal_prefix:
-        with torch.no_grad():
-            firsts = generated_first_actions(bundle, cfg, samples, batch_size)
+        firsts = generated_first_actions(bundle, cfg, samples, batch_size)
         return [f[1] == teacher_first(s) for f, s in zip(firsts, samples)]
 
     from agents.vln.processor_vln import VLNProcessor

@@ -113,14 +113,11 @@ class AlldayWalkerPolicy(Policy):
             self._prev[-1] = act
             self._queue.clear()
 
-    def predict(self, frames: list[list[np.ndarray]], instructions: list[str], prev_actions: list[list[int]]
-                ) -> list[tuple[list[NavAction], bool]]:
-        """Batched model call: for each sample (frames newest first, instruction, past actions) the parsed
-        actions and whether the answer parsed strictly."""
+    def generate(self, images: list[Any], prompts: list[str]) -> list[str]:
+        """Greedy answers (decoded text) to already-tiled images and built prompts, in eval mode without gradients
+        (the model's train/eval mode is restored)."""
         import torch
 
-        images = [self.processor.image(f) for f in frames]
-        prompts = [build_prompt(i, p, self.config) for i, p in zip(instructions, prev_actions)]
         inputs = self.processor.generation_inputs(images, prompts, self.bundle)
         model = self.model
         inputs = {k: v.to(model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
@@ -132,7 +129,15 @@ class AlldayWalkerPolicy(Policy):
             out = model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False)
         if was_training:
             model.train()
-        texts = self.processor.tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        return self.processor.tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    def predict(self, frames: list[list[np.ndarray]], instructions: list[str], prev_actions: list[list[int]]
+                ) -> list[tuple[list[NavAction], bool]]:
+        """Batched model call: for each sample (frames newest first, instruction, past actions) the parsed
+        actions and whether the answer parsed strictly."""
+        images = [self.processor.image(f) for f in frames]
+        prompts = [build_prompt(i, p, self.config) for i, p in zip(instructions, prev_actions)]
+        texts = self.generate(images, prompts)
         results = []
         for t in texts:
             goal = None
