@@ -6,7 +6,12 @@ shortest-path follower drives the config's held-out episodes; at every state the
 (frames, instruction, past actions as its config says) and its greedy first action word is compared with the
 teacher's. States are split by whether the goal point lies inside the camera's horizontal field of view: with the
 goal in view the right action follows from the image; out of view it follows only from the instruction and the
-history. Each split is reported against its majority action (what a blind policy could score).
+history. Each split is reported against its majority action (what a blind policy could score) and against the
+best policy that knows only where the goal object is in the frame (``best_given_goal_word``: per goal word of
+``agents.vln.actions.GOAL_WORDS``, from segmentation, the teacher's most common first action).
+
+``--config YAML [--set key=value ...]`` instead of ``--run``: the teacher alone (no navigator): its SPL on the held-out
+episodes and the same splits without accuracy, e.g. to compare ``--set teacher=sightline`` with the default.
 
 ``--quick``: an untrained tiny backbone on two held-out episodes, a smoke run of the measurement (< 1 minute).
 Last stdout line: one JSON object.
@@ -43,11 +48,11 @@ def goal_bearing_deg(env: Any) -> float:
 
 
 def teacher_states(cfg: Any, episodes: int | None = None, progress: bool = False,
-                   min_pixels: int = 12) -> tuple[list[Any], list[bool], list[bool]]:
+                   min_pixels: int = 12) -> tuple[list[Any], list[bool], list[bool], list[str]]:
     """Samples of the follower's held-out rollouts (``training.vln.data.collect``) and, per sample, whether the goal
-    point was in the field of view and whether the goal object was visible (>= ``min_pixels`` of it in the frame,
-    by segmentation)."""
-    from training.vln.data import collect
+    point was in the field of view, whether the goal object was visible (>= ``min_pixels`` of it in the frame,
+    by segmentation) and where it is in the frame (its goal word)."""
+    from training.vln.data import collect, goal_location
     from training.vln.navigator import make_env, make_episodes
 
     eps, gts = make_episodes(cfg, "eval")
@@ -56,18 +61,45 @@ def teacher_states(cfg: Any, episodes: int | None = None, progress: bool = False
     half_fov = env.config.hfov_deg / 2
     in_view: list[bool] = []
     visible: list[bool] = []
+    words: list[str] = []
 
     def on_state(e: Any) -> None:
         in_view.append(abs(goal_bearing_deg(e)) < half_fov)
         mask = e.item_masks().get(e.goal_item())
         visible.append(mask is not None and int(mask.sum()) >= min_pixels)
+        words.append(goal_location(e))
 
     try:
         samples = collect(env, range(len(eps)), cfg.agent_config(), cfg.image_size, progress=progress,
                           on_state=on_state, teacher=cfg.teacher)
     finally:
         env.close()
-    return samples, in_view, visible
+    return samples, in_view, visible, words
+
+
+def teacher_spl(cfg: Any, episodes: int | None = None) -> dict[str, float]:
+    """SR / SPL of the config's teacher driving its held-out episodes (normal light)."""
+    from agents.core.policy import Policy
+    from sim import metrics
+    from sim.nav.evaluate import run_episode
+    from training.vln.data import teacher_actions
+    from training.vln.navigator import make_env, make_episodes
+
+    eps, gts = make_episodes(cfg, "eval")
+    eps = eps[:episodes] if episodes else eps
+    env = make_env(cfg, "normal", eps, gts)
+
+    class Teacher(Policy):
+        name = cfg.teacher
+
+        def act(self, observation: Any) -> Any:
+            return teacher_actions(env, 1, cfg.teacher)[0]
+
+    try:
+        agg = metrics.aggregate([run_episode(env, Teacher(), i) for i in range(len(eps))])
+    finally:
+        env.close()
+    return {k: round(float(agg[k]), 3) for k in ("sr", "spl")}
 
 
 def teacher_first(sample: Any) -> str:
@@ -124,10 +156,11 @@ def first_action_hits(bundle: Any, cfg: Any, samples: list[Any], batch_size: int
     return hits
 
 
-def split_report(samples: list[Any], hits: list[bool], in_view: list[bool],
-                 visible: list[bool] | None = None) -> dict[str, Any]:
-    """Accuracy, majority-action accuracy and teacher action counts, overall and per view split (goal point in the
-    field of view; with ``visible``, also goal object visible or not)."""
+def split_report(samples: list[Any], hits: list[bool] | None, in_view: list[bool],
+                 visible: list[bool] | None = None, goal_words: list[str] | None = None) -> dict[str, Any]:
+    """Accuracy (``hits``; None: teacher only), majority-action accuracy and teacher action counts, overall and per
+    view split (goal point in the field of view; with ``visible``, also goal object visible or not); with
+    ``goal_words``, the accuracy of the best policy that knows only the goal word."""
     out: dict[str, Any] = {}
     splits = [("all", in_view, lambda v: True), ("goal_in_view", in_view, bool),
               ("goal_out_of_view", in_view, lambda v: not v)]
@@ -139,8 +172,14 @@ def split_report(samples: list[Any], hits: list[bool], in_view: list[bool],
             out[name] = {"states": 0}
             continue
         counts = Counter(teacher_first(samples[k]) for k in idx)
-        out[name] = {"states": len(idx), "accuracy": round(sum(hits[k] for k in idx) / len(idx), 3),
-                     "majority": round(max(counts.values()) / len(idx), 3), "teacher": dict(counts)}
+        out[name] = {"states": len(idx), "majority": round(max(counts.values()) / len(idx), 3),
+                     "teacher": dict(counts)}
+        if hits is not None:
+            out[name]["accuracy"] = round(sum(hits[k] for k in idx) / len(idx), 3)
+        if goal_words is not None:
+            by_word = Counter((goal_words[k], teacher_first(samples[k])) for k in idx)
+            best = {w: max(c for (w2, _), c in by_word.items() if w2 == w) for w, _ in by_word}
+            out[name]["best_given_goal_word"] = round(sum(best.values()) / len(idx), 3)
     return out
 
 
@@ -159,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--run", default=None, help="an `allday train vln` output directory (model/ + metrics.json)")
+    p.add_argument("--config", default=None, help="a VLN config YAML: measure its teacher only (no navigator)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a --config key")
     p.add_argument("--quick", action="store_true", help="untrained tiny backbone, 2 held-out episodes (smoke run)")
     p.add_argument("--episodes", type=int, default=0, help="use only the first N held-out episodes (0 = all)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
@@ -168,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(message)s")
-    if not a.quick and not a.run:
-        p.error("give --run DIR (a trained navigator) or --quick")
+    if sum(map(bool, (a.quick, a.run, a.config))) != 1:
+        p.error("give one of --run DIR (a trained navigator), --config YAML (the teacher only) or --quick")
+    if a.set and not a.config:
+        p.error("--set overrides --config keys; give --config")
     if a.episodes < 0:
         p.error("--episodes must be >= 0")
     import torch
@@ -188,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
                                  max_distance=3.0, max_steps=12, agent={"num_history": 0, "num_future_steps": 4})
             model_dir = build_backbone(cfg, Path(tmp) / "backbone", ["go to the sofa"])
             episodes = 2
+        elif a.config:
+            try:
+                cfg = VLNTrainConfig.from_yaml(a.config, a.set)
+            except (OSError, ValueError, TypeError) as exc:
+                p.error(f"--config {a.config}: {exc}")
+            model_dir, episodes = None, a.episodes or None
         else:
             run = Path(a.run)
             metrics, model_dir = run / "metrics.json", run / "model"
@@ -198,16 +247,21 @@ def main(argv: list[str] | None = None) -> int:
             except (json.JSONDecodeError, KeyError) as exc:
                 p.error(f"{metrics}: no readable config ({exc})")
             episodes = a.episodes or None
-        samples, in_view, visible = teacher_states(cfg, episodes, a.progress)
-        bundle = load_vlm(model_dir)
-        hits = first_action_hits(bundle, cfg, samples)
-        report = split_report(samples, hits, in_view, visible)
-        if a.scene:
-            report["scene_questions"] = scene_question_report(bundle, cfg)
+        samples, in_view, visible, words = teacher_states(cfg, episodes, a.progress)
+        if model_dir is None:
+            report = {"teacher": cfg.teacher, "teacher_metrics": teacher_spl(cfg, episodes),
+                      **split_report(samples, None, in_view, visible, words)}
+        else:
+            bundle = load_vlm(model_dir)
+            hits = first_action_hits(bundle, cfg, samples)
+            report = split_report(samples, hits, in_view, visible, words)
+            if a.scene:
+                report["scene_questions"] = scene_question_report(bundle, cfg)
     for name, r in report.items():
         log.info("%s: %s", name, r)
-    print(json.dumps({"benchmark": "vln_first_action", "mode": "quick" if a.quick else "run",
-                      "run": a.run, "seconds": round(time.time() - t0, 1), **report}))
+    mode = "quick" if a.quick else ("teacher" if a.config else "run")
+    print(json.dumps({"benchmark": "vln_first_action", "mode": mode,
+                      "run": a.run or a.config, "seconds": round(time.time() - t0, 1), **report}))
     return 0
 
 

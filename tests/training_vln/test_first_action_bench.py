@@ -57,6 +57,30 @@ def test_split_report_counts_and_majorities() -> None:
     assert rep["object_hidden"]["states"] == 2 and rep["object_hidden"]["accuracy"] == 1.0
 
 
+def test_best_action_given_the_goal_word() -> None:
+    samples = [_sample(t) for t in ("forward left", "forward", "left", "right left", "left stop")]
+    words = ["middle", "middle", "left", "right", "left"]
+    rep = bench.split_report(samples, None, [True, True, True, False, False], goal_words=words)
+    # knowing the word predicts every first action here; always answering the majority gets 2 of 5
+    assert rep["all"]["best_given_goal_word"] == 1.0 and rep["all"]["majority"] == 0.4
+    assert "accuracy" not in rep["all"]
+    assert rep["goal_out_of_view"]["best_given_goal_word"] == 1.0
+    same = bench.split_report(samples, None, [True] * 5, goal_words=["none"] * 5)
+    assert same["all"]["best_given_goal_word"] == same["all"]["majority"] == 0.4
+
+
+def test_teacher_only_run_from_a_config(tmp_path, capsys) -> None:
+    cfg = tmp_path / "vln.yaml"
+    cfg.write_text("n_scenes: 1\nepisodes_per_scene: 1\neval_per_scene: 2\nsame_room: true\nmin_distance: 1.0\n"
+                   "max_distance: 3.0\nmax_steps: 40\nagent: {num_history: 0, num_future_steps: 4}\n")
+    assert bench.main(["--config", str(cfg), "--set", "teacher=sightline", "--threads", "1"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["mode"] == "teacher" and out["teacher"] == "sightline"
+    assert out["teacher_metrics"]["sr"] == 1.0 and out["teacher_metrics"]["spl"] > 0.5
+    assert out["all"]["states"] > 0 and "accuracy" not in out["all"]
+    assert out["all"]["majority"] <= out["all"]["best_given_goal_word"] <= 1.0
+
+
 def test_goal_prefix_targets_count_their_first_action() -> None:
     samples = [_sample("right: left forward"), _sample("none: left"), _sample("forward stop")]
     assert [bench.teacher_first(s) for s in samples] == ["left", "left", "forward"]
@@ -82,3 +106,8 @@ def test_a_directory_that_is_not_a_run_is_rejected(tmp_path, capsys) -> None:
     assert exc.value.code == 2 and "is not a finished `allday train vln` run" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         bench.main([])
+    with pytest.raises(SystemExit):
+        bench.main(["--run", str(tmp_path), "--set", "teacher=sightline"])  # --set needs --config
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--config", str(tmp_path / "missing.yaml")])
+    assert exc.value.code == 2
