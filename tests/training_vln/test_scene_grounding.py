@@ -98,6 +98,32 @@ def test_scene_set_asks_about_the_goal_with_answers_from_the_frame(nav_cfg) -> N
     assert held and held[0][0].tobytes() != items[0][0].tobytes()
 
 
+def test_scene_set_cache_is_reused_only_for_the_same_settings(nav_cfg, tmp_path, monkeypatch) -> None:
+    import dataclasses
+
+    scfg = nav_cfg.scene_grounding_config()
+    cache = tmp_path / "q.npz"
+    items = sg.make_scene_set(nav_cfg, "train", scfg, cache=cache)
+    assert cache.is_file()
+
+    def no_rebuild(*a, **k):
+        raise AssertionError("rebuilt")
+
+    monkeypatch.setattr(sg, "_build_scene_set", no_rebuild)
+    again = sg.make_scene_set(nav_cfg, "train", scfg, cache=cache)
+    assert [(q, a, n) for _, q, a, n in again] == [(q, a, n) for _, q, a, n in items]
+    assert all(np.array_equal(f, g) for (f, *_), (g, *_) in zip(again, items))
+    # other question settings, the other split or a corrupt file: the cache is not used
+    for cfg, split in ((dataclasses.replace(scfg, none_fraction=0.5), "train"), (scfg, "eval")):
+        with pytest.raises(AssertionError, match="rebuilt"):
+            sg.make_scene_set(nav_cfg, split, cfg, cache=cache)
+    # training settings do not change the questions: the cache stays valid
+    sg.make_scene_set(nav_cfg, "train", dataclasses.replace(scfg, steps=7, cotrain=0.3), cache=cache)
+    cache.write_bytes(b"not an npz")
+    with pytest.raises(AssertionError, match="rebuilt"):
+        sg.make_scene_set(nav_cfg, "train", scfg, cache=cache)
+
+
 def test_backbone_scene_grounding_trains_and_reports(nav_cfg, tmp_path) -> None:
     import json
 

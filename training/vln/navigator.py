@@ -24,6 +24,7 @@ from training.vln.trainer import Imitation
 log = logging.getLogger(__name__)
 STATE = "state.json"
 DONE = "DONE"
+SCENE_SET = "scene_questions.npz"  # the training scene questions, kept for co-training
 
 
 # ------------------------------------------------------------------------------------------------ episodes / envs
@@ -98,7 +99,7 @@ def build_backbone(cfg: VLNTrainConfig, out_dir: Path, corpus: list[str]) -> Pat
         results["grounding"] = pretrain_grounding(bundle, grounding)
         log.info("grounding pre-training of the backbone: %s", results["grounding"]["stages"])
     if scene is not None:
-        results["scene_grounding"] = pretrain_scene_grounding(bundle, cfg, scene)
+        results["scene_grounding"] = pretrain_scene_grounding(bundle, cfg, scene, cache=Path(out_dir) / SCENE_SET)
     bundle.model.save_pretrained(str(path))
     bundle.processor.save_pretrained(str(path))
     (Path(out_dir) / "grounding.json").write_text(json.dumps(results, indent=1, default=float))
@@ -174,7 +175,7 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     if scene is not None and scene.cotrain > 0:
         from training.vln.scene_grounding import cotrain_samples
 
-        cotrain = cotrain_samples(cfg, scene, progress)
+        cotrain = cotrain_samples(cfg, scene, progress, cache=out / "backbone" / SCENE_SET)
 
     def checkpoint() -> None:
         bundle.model.save_pretrained(str(out / "model"))

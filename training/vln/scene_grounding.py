@@ -14,6 +14,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,10 +128,42 @@ def frame_questions(house: Any, masks: dict[int, np.ndarray], goal: int | None, 
             for i, a in sorted(asked.items())]
 
 
-def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress: bool = False
-                   ) -> list[tuple[np.ndarray, str, str, int]]:
+def scene_set_key(nav_cfg: Any, split: str, cfg: SceneGroundingConfig) -> str:
+    """What a question set depends on: the navigator config, the split and the question settings (not training)."""
+    import hashlib
+    import json
+
+    q = {k: getattr(cfg, k) for k in ("episodes_per_scene", "min_pixels", "none_fraction", "seed")}
+    blob = json.dumps([nav_cfg.fingerprint(), split, q], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress: bool = False,
+                   cache: Path | None = None) -> list[tuple[np.ndarray, str, str, int]]:
     """(frame, question, answer, object pixels) from follower rollouts of ``split`` episodes (``train``: the first
-    ``episodes_per_scene`` per scene; ``eval``: the navigator's held-out episodes), normal lighting."""
+    ``episodes_per_scene`` per scene; ``eval``: the navigator's held-out episodes), normal lighting. ``cache``: an
+    ``.npz`` reused when it holds the set of the same :func:`scene_set_key`, else (re)written."""
+    key = scene_set_key(nav_cfg, split, cfg)
+    if cache is not None and Path(cache).is_file():
+        try:
+            with np.load(cache) as d:
+                if str(d["key"]) == key:
+                    return [(f, str(q), str(a), int(n)) for f, q, a, n in zip(d["frame"], d["question"], d["answer"],
+                                                                              d["pixels"])]
+            log.info("scene questions cache %s is for other settings; rebuilding it", cache)
+        except (OSError, ValueError, KeyError) as exc:
+            log.warning("unreadable scene questions cache %s (%s); rebuilding it", cache, exc)
+    items = _build_scene_set(nav_cfg, split, cfg, progress)
+    if cache is not None and items:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(cache, key=np.array(key), frame=np.stack([it[0] for it in items]),
+                            question=np.array([it[1] for it in items]), answer=np.array([it[2] for it in items]),
+                            pixels=np.array([it[3] for it in items], dtype=np.int64))
+    return items
+
+
+def _build_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress: bool
+                     ) -> list[tuple[np.ndarray, str, str, int]]:
     from training.vln.data import collect
     from training.vln.navigator import make_env, make_episodes
 
@@ -151,15 +184,16 @@ def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress
     return [(s.frame, *qa) for s, qs in zip(samples, questions) for qa in qs]
 
 
-def cotrain_samples(nav_cfg: Any, cfg: SceneGroundingConfig, progress: bool = False) -> list[Any]:
+def cotrain_samples(nav_cfg: Any, cfg: SceneGroundingConfig, progress: bool = False,
+                    cache: Path | None = None) -> list[Any]:
     """The training questions as navigator samples (the frame tiled as the navigator's image, the question as the
-    prompt, the answer as the target) for co-training with imitation."""
+    prompt, the answer as the target) for co-training with imitation (``cache``: see :func:`make_scene_set`)."""
     from agents.vln.processor_vln import tile_frames
     from training.vln.data import Sample
 
     history = nav_cfg.agent_config().num_history
     return [Sample(tile_frames([im], history, nav_cfg.image_size), q, a)
-            for im, q, a, _ in make_scene_set(nav_cfg, "train", cfg, progress)]
+            for im, q, a, _ in make_scene_set(nav_cfg, "train", cfg, progress, cache)]
 
 
 def report(items: list[tuple[np.ndarray, str, str, int]], hits: list[bool]) -> dict[str, Any]:
@@ -178,16 +212,17 @@ def _in_stage(item: tuple[np.ndarray, str, str, int], stage: tuple[int, tuple[st
 
 
 def pretrain_scene_grounding(bundle: Any, nav_cfg: Any, cfg: SceneGroundingConfig,
-                             progress: bool = True) -> dict[str, Any]:
+                             progress: bool = True, cache: Path | None = None) -> dict[str, Any]:
     """Train all of ``bundle.model`` on the scene questions, stage by stage; returns, per stage and at the end,
     held-out (eval episodes) accuracy per answer against the majority answer's share, and training-set accuracy at
-    the end. The model is left in eval mode."""
+    the end. The model is left in eval mode. ``cache``: where the training questions are kept (co-training reuses
+    them, :func:`make_scene_set`)."""
     import torch
 
     from agents.vlm import training_example
     from training.vlm.grounding import answer_hits, fit_examples
 
-    train = make_scene_set(nav_cfg, "train", cfg, progress)
+    train = make_scene_set(nav_cfg, "train", cfg, progress, cache)
     held = make_scene_set(nav_cfg, "eval", cfg, progress)
     if not train or not held:
         raise ValueError(f"no scene-grounding questions ({len(train)} train, {len(held)} held-out): the episodes "
