@@ -48,20 +48,43 @@ def _clean(x):
     return x
 
 
-def table(results: dict, tasks, unseen) -> str:
+REFERENCE_ROWS = {"base": "base, no adaptation", "blind": "blind: forward {n} then stop"}
+
+
+def sr_se(srs: list[float], n: int) -> float:
+    """Standard error of the mean of per-task success rates, each over ``n`` held-out episodes (binomial)."""
+    return math.sqrt(sum(p * (1 - p) / n for p in srs)) / max(len(srs), 1)
+
+
+def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: int | None = None,
+          blind_steps: int = 6) -> str:
+    """Markdown: one row per method (and per reference policy that no task changes), then final SR per task."""
     head = ("| method | avg SR | avg SPL | avg OSR | F-SR (rel.) | F-SR (abs.) | unseen SR | routing acc. | "
             "adapter params | time (s) |")
     lines = [head, "|" + "---|" * 10]
     f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    pm = lambda srs: f" ± {sr_se(srs, n_eval):.2f}" if n_eval else ""  # noqa: E731
+    mean = lambda xs: float(sum(xs) / len(xs)) if xs else None  # noqa: E731
     for name, r in results.items():
-        lines.append(f"| {name} | {f(r['avg']['sr'])} | {f(r['avg']['spl'])} | {f(r['avg']['osr'])} | "
+        lines.append(f"| {name} | {f(r['avg']['sr'])}{pm(r['final']['sr'])} | {f(r['avg']['spl'])} | "
+                     f"{f(r['avg']['osr'])} | "
                      f"{f(r['forgetting']['sr']['relative'])} | {f(r['forgetting']['sr']['absolute'])} | "
                      f"{f(r['unseen']['sr'])} | {f(r['routing_acc'])} | {r['adapter_params']:,} | {r['seconds']} |")
+    refs = {REFERENCE_ROWS.get(k, k).format(n=blind_steps): v for k, v in (references or {}).items()}
+    for name, on in refs.items():
+        srs = [on[t.name]["sr"] for t in tasks]
+        lines.append(f"| {name} | {f(mean(srs))}{pm(srs)} | {f(mean([on[t.name]['spl'] for t in tasks]))} | "
+                     f"{f(mean([on[t.name]['osr'] for t in tasks]))} | - | - | "
+                     f"{f(mean([on[u.name]['sr'] for u in unseen]))} | - | 0 | - |")
     lines += ["", "Final SR per task (order of learning): " + ", ".join(t.name for t in tasks)
-              + (f"; unseen: {', '.join(u.name for u in unseen)}" if unseen else ""), "",
+              + (f"; unseen: {', '.join(u.name for u in unseen)}" if unseen else "")
+              + (f". ± is the standard error of the average over {n_eval} held-out episodes per task." if n_eval
+                 else ""), "",
               "| method | " + " | ".join(t.name for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
     for name, r in results.items():
         lines.append(f"| {name} | " + " | ".join(f(v) for v in r["final"]["sr"]) + " |")
+    for name, on in refs.items():
+        lines.append(f"| {name} | " + " | ".join(f(on[t.name]["sr"]) for t in tasks) + " |")
     return "\n".join(lines)
 
 
@@ -92,6 +115,14 @@ class _T:
         self.name = name
 
 
+def _references(report: dict) -> dict:
+    """A report's reference rows (older reports kept only the base navigator's, under ``base_navigator``)."""
+    refs = dict(report.get("references") or {})
+    if "base" not in refs and report.get("base_navigator", {}).get("on_tasks"):
+        refs["base"] = report["base_navigator"]["on_tasks"]
+    return refs
+
+
 def merge(paths: list[str], out: Path) -> int:
     """Combine runs of the same sequence that trained different methods (e.g. two processes)."""
     reports = [json.loads(Path(p).read_text()) for p in paths]
@@ -100,11 +131,14 @@ def merge(paths: list[str], out: Path) -> int:
         if r["tasks"] != first["tasks"] or r["unseen"] != first["unseen"]:
             raise ValueError("runs to merge must share the task sequence and unseen pairs")
     results = {m: res for r in reports for m, res in r["results"].items()}
-    merged = {**first, "results": results, "seconds": max(r["seconds"] for r in reports), "merged_from": paths}
+    references = {k: v for r in reports for k, v in _references(r).items()}
+    merged = {**first, "results": results, "references": references, "seconds": max(r["seconds"] for r in reports),
+              "merged_from": paths}
     out.mkdir(parents=True, exist_ok=True)
     (out / "lifelong_vln.json").write_text(json.dumps(_clean(merged), indent=1))
     tasks, unseen = [_T(n) for n in first["tasks"]], [_T(n) for n in first["unseen"]]
-    md = table(results, tasks, unseen)
+    md = table(results, tasks, unseen, references, first["config"]["eval_per_task"],
+               first["config"].get("blind_forward_steps", 6))
     (out / "lifelong_vln.md").write_text(md + "\n")
     plot(results, tasks, out / "lifelong_vln.png")
     print(md)
@@ -128,7 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--success-distance", type=float, default=None,
                    help="evaluation success radius in m (default: the base config's); evaluation only")
-    p.add_argument("--methods", default="seq_lora,ewc_lora,oracle_multi_lora,tuka_dkil")
+    p.add_argument("--diagonal-only", action="store_true",
+                   help="evaluate each task right after it is learnt and all tasks after the last one (what SR, "
+                        "forgetting and the final row need) instead of the whole SR matrix: affords more episodes")
+    p.add_argument("--methods", default="seq_lora,ewc_lora,oracle_multi_lora,tuka_dkil",
+                   help="comma-separated methods; '' for the reference rows only (base, blind)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
     p.add_argument("--out", default=None, help="output directory (default: docs/ in full mode, a temp dir in quick)")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
@@ -141,29 +179,31 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from training.vln.config import VLNTrainConfig
-    from training.vln.lifelong import LifelongConfig, evaluate_base, prepare_data, run_method
+    from training.vln.lifelong import LifelongConfig, evaluate_base, evaluate_blind, prepare_data, run_method
     from training.vln.navigator import base_navigator
 
     torch.set_num_threads(max(1, a.threads))
     os.chdir(ROOT)
     t0 = time.time()
+    methods = [m for m in a.methods.split(",") if m.strip()]
     if a.quick:
         base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
         cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
                              train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4, fisher_batches=1,
-                             lora_rank=4, tuka_ranks=(4, 4, 2, 2), methods=a.methods.split(","), full_matrix=False)
+                             lora_rank=4, tuka_ranks=(4, 4, 2, 2), methods=methods, full_matrix=False)
     else:
         base = VLNTrainConfig.from_yaml(a.base_config)
         cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
                              order_seed=a.order_seed, train_per_task=a.train_per_task, eval_per_task=a.eval_per_task,
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
-                             methods=a.methods.split(","))
+                             methods=methods, full_matrix=not a.diagonal_only)
     base_dir, base_result = base_navigator(base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(base, success_distance=a.success_distance)
     tasks, unseen = cfg.tasks()
     data = prepare_data(cfg, tasks + unseen, progress=not a.quick)
-    base_on_tasks = evaluate_base(cfg, base_dir, tasks + unseen, data)
+    references = {"base": evaluate_base(cfg, base_dir, tasks + unseen, data),
+                  "blind": evaluate_blind(cfg, tasks + unseen, data)}
     out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="lifelong_vln_")) if a.quick else ROOT / "docs")
     out.mkdir(parents=True, exist_ok=True)
     served = Path(tempfile.mkdtemp(prefix="alldaywalker_served_")) if a.quick else ROOT / "runs/vln/alldaywalker_tuka"
@@ -172,21 +212,23 @@ def main(argv: list[str] | None = None) -> int:
     base_metrics = {c: {k: round(float(m[k]), 3) for k in ("sr", "spl", "osr", "ne")}
                     for c, m in base_result["metrics"].items()}
     report = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "unseen": [u.name for u in unseen],
-              "base_navigator": {"dir": str(base_dir), "metrics": base_metrics, "on_tasks": base_on_tasks},
+              "base_navigator": {"dir": str(base_dir), "metrics": base_metrics}, "references": references,
               "success_distance": cfg.base.success_distance, "results": results,
               "seconds": round(time.time() - t0, 1)}
     (out / "lifelong_vln.json").write_text(json.dumps(_clean(report), indent=1))
-    md = table(results, tasks, unseen)
+    md = table(results, tasks, unseen, references, cfg.eval_per_task, cfg.blind_forward_steps)
     (out / "lifelong_vln.md").write_text(md + "\n")
-    plot(results, tasks, out / "lifelong_vln.png")
+    if results:
+        plot(results, tasks, out / "lifelong_vln.png")
     print(md)
     print(f"base navigator (after pre-training, normal light only): {json.dumps(base_metrics)}")
-    print(f"base navigator on the tasks (no adaptation): {json.dumps(_clean(base_on_tasks))}")
     summary = {"avg_sr": {m: r["avg"]["sr"] for m, r in results.items()},
                "forgetting": {m: r["forgetting"]["sr"]["relative"] for m, r in results.items()},
                "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
                "routing_acc": results.get("tuka_dkil", {}).get("routing_acc"),
                "served_parity": results.get("tuka_dkil", {}).get("served_parity"),
+               "reference_avg_sr": {k: float(sum(on[t.name]["sr"] for t in tasks) / len(tasks))
+                                    for k, on in references.items()},
                "seconds": round(time.time() - t0, 1), "out": str(out)}
     print(json.dumps(_clean(summary)))
     return 0

@@ -19,7 +19,9 @@ def test_quick_benchmark_prints_json(tmp_path):
     methods = {"seq_lora", "ewc_lora", "oracle_multi_lora", "tuka_dkil"}
     assert set(last["avg_sr"]) == methods and set(last["forgetting"]) == methods
     assert all(0.0 <= v <= 1.0 for v in last["avg_sr"].values())
+    assert set(last["reference_avg_sr"]) == {"base", "blind"}
     assert last["served_parity"]["routes_equal"] and last["served_parity"]["max_logit_diff"] < 1e-3
     report = json.loads((tmp_path / "lifelong_vln.json").read_text())
     assert len(report["tasks"]) == 3 and len(report["unseen"]) == 1
+    assert set(report["references"]["blind"]) == set(report["tasks"]) | set(report["unseen"])
     assert (tmp_path / "lifelong_vln.png").stat().st_size > 1000

@@ -60,6 +60,7 @@ class LifelongConfig:
     fisher_batches: int = 4
     methods: list[str] = field(default_factory=lambda: ["seq_lora", "ewc_lora", "oracle_multi_lora", "tuka_dkil"])
     full_matrix: bool = True
+    blind_forward_steps: int = 6
 
     def __post_init__(self) -> None:
         from sim.nav.conditions import available_conditions
@@ -77,7 +78,7 @@ class LifelongConfig:
         if pairs - self.n_unseen > 24:
             raise ValueError(f"at most 24 tasks (the paper's setting), got {pairs - self.n_unseen}")
         for name in ("train_per_task", "eval_per_task", "steps_per_task", "batch_size", "lora_rank",
-                     "fisher_batches"):
+                     "fisher_batches", "blind_forward_steps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -173,27 +174,36 @@ def _features(method: Any, samples: list[Sample], limit: int = 64) -> Any:
     return pol.features(frames)
 
 
-class _Frozen:
-    """The base navigator without any adaptation (the 'before lifelong learning' reference row)."""
+class _Fixed:
+    """A policy that no task changes (the reference rows: the un-adapted base navigator, a blind baseline)."""
 
     routed = False
 
-    def __init__(self, bundle: Any, agent_cfg: Any) -> None:
-        self.bundle, self.agent_cfg = bundle, agent_cfg
+    def __init__(self, make_policy: Any) -> None:
+        self.make_policy = make_policy
 
     def policy(self, task: Any) -> Any:
-        from agents.vln.modeling_vln import AlldayWalkerPolicy
-
-        return AlldayWalkerPolicy(self.bundle, self.agent_cfg)
+        return self.make_policy()
 
 
 def evaluate_base(cfg: LifelongConfig, base_dir: Path, tasks: list[Task], data: dict[int, TaskData]
                   ) -> dict[str, dict[str, float]]:
     """SR / SPL / OSR / NE of the un-adapted base navigator on every task's held-out episodes."""
     from agents.vlm.bundle import load_vlm
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
 
-    frozen = _Frozen(load_vlm(Path(base_dir) / "vlm"), cfg.base.agent_config())
+    bundle, agent_cfg = load_vlm(Path(base_dir) / "vlm"), cfg.base.agent_config()
+    frozen = _Fixed(lambda: AlldayWalkerPolicy(bundle, agent_cfg))
     return {t.name: evaluate_task(frozen, cfg, data[t.index]) for t in tasks}
+
+
+def evaluate_blind(cfg: LifelongConfig, tasks: list[Task], data: dict[int, TaskData]) -> dict[str, dict[str, float]]:
+    """The same metrics for VLN-CE's blind baseline, ``blind_forward_steps`` forward moves then stop: the floor a
+    navigator must beat for its SR to come from what it sees and reads."""
+    from agents.core.baselines import ForwardPolicy
+
+    blind = _Fixed(lambda: ForwardPolicy(cfg.blind_forward_steps))
+    return {t.name: evaluate_task(blind, cfg, data[t.index]) for t in tasks}
 
 
 def served_parity(method: Any, served_dir: Path, data: dict[int, TaskData], vproc: Any) -> dict[str, Any]:

@@ -1,0 +1,106 @@
+"""The lifelong benchmark's report: reference rows (un-adapted base, blind floor) with the standard error of the
+average SR, merging keeps them (also from reports that stored only the base's), and the blind reference is what a
+direct rollout of the blind policy scores."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL context
+from training.vln.config import VLNTrainConfig  # noqa: E402
+from training.vln.lifelong import LifelongConfig, evaluate_blind, prepare_data  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import lifelong_vln as bench  # noqa: E402
+
+
+class _T:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _result(final_sr: list[float]) -> dict:
+    T = len(final_sr)
+    mat = [[final_sr[t] if k == T - 1 or t == k else None for t in range(T)] for k in range(T)]
+    avg = sum(final_sr) / T
+    return {"final": {"sr": final_sr}, "avg": {"sr": avg, "spl": avg / 2, "osr": avg},
+            "forgetting": {"sr": {"relative": 0.1, "absolute": 0.05}}, "unseen": {"sr": 0.25},
+            "routing_acc": None, "adapter_params": 1234, "seconds": 1.0, "matrices": {"sr": mat}}
+
+
+def _on(srs: dict[str, float]) -> dict:
+    return {k: {"sr": v, "spl": v / 2, "osr": v, "ne": 1.0} for k, v in srs.items()}
+
+
+def test_standard_error_of_the_average_sr() -> None:
+    assert bench.sr_se([0.5, 0.5], 4) == pytest.approx(math.sqrt(2 * 0.25 / 4) / 2)
+    assert bench.sr_se([0.0, 1.0], 10) == 0.0  # all-or-nothing tasks have no binomial spread
+    assert bench.sr_se([0.2], 100) == pytest.approx(0.04)
+
+
+def test_table_has_reference_rows_and_standard_errors() -> None:
+    tasks, unseen = [_T("S0-normal"), _T("S1-low_light")], [_T("S1-normal")]
+    refs = {"base": _on({"S0-normal": 0.5, "S1-low_light": 0.0, "S1-normal": 0.25}),
+            "blind": _on({"S0-normal": 0.25, "S1-low_light": 0.25, "S1-normal": 0.0})}
+    md = bench.table({"seq_lora": _result([0.5, 0.5])}, tasks, unseen, refs, n_eval=4, blind_steps=6)
+    rows: dict[str, str] = {}  # the first table's row of each name (the per-task table repeats the names)
+    for line in md.splitlines():
+        if line.startswith("| "):
+            rows.setdefault(line.split(" | ")[0].strip("| "), line)
+    assert "| seq_lora | 0.50 ± 0.18 |" in md
+    base = rows["base, no adaptation"].split(" | ")
+    assert base[1] == "0.25 ± 0.12" and base[6] == "0.25"  # average over the sequence; unseen separately
+    assert rows["blind: forward 6 then stop"].split(" | ")[1].startswith("0.25")
+    # the per-task table lists the references' SR in the order of learning
+    assert md.splitlines()[-1] == "| blind: forward 6 then stop | 0.25 | 0.25 |"
+
+
+def test_merge_keeps_reference_rows(tmp_path) -> None:
+    names = {"tasks": ["S0-normal", "S1-low_light"], "unseen": ["S1-normal"], "config": {"eval_per_task": 4}}
+    on = _on({"S0-normal": 0.5, "S1-low_light": 0.0, "S1-normal": 0.25})
+    old = {**names, "results": {"seq_lora": _result([0.5, 0.0])}, "seconds": 5,
+           "base_navigator": {"on_tasks": on}}  # a report written before the references existed
+    new = {**names, "results": {}, "seconds": 3, "references": {"blind": on}}
+    paths = []
+    for i, r in enumerate((old, new)):
+        paths.append(str(tmp_path / f"r{i}.json"))
+        Path(paths[-1]).write_text(json.dumps(r))
+    assert bench.merge(paths, tmp_path / "out") == 0
+    merged = json.loads((tmp_path / "out" / "lifelong_vln.json").read_text())
+    assert set(merged["references"]) == {"base", "blind"} and set(merged["results"]) == {"seq_lora"}
+    md = (tmp_path / "out" / "lifelong_vln.md").read_text()
+    assert "| base, no adaptation | 0.25 ± 0.12 |" in md and "| blind: forward 6 then stop |" in md
+
+
+def test_blind_reference_is_a_direct_rollout(tmp_path) -> None:
+    from agents.core.baselines import ForwardPolicy
+    from sim import metrics
+    from sim.nav.evaluate import run_episode
+    from training.vln.navigator import make_env
+
+    base = VLNTrainConfig(image_size=32, n_scenes=1, episodes_per_scene=1, eval_per_scene=1, min_distance=1.5,
+                          max_distance=3.0, same_room=True, max_steps=12, cache_dir=str(tmp_path),
+                          agent={"num_history": 0, "num_future_steps": 3})
+    cfg = LifelongConfig(base=base, n_scenes=1, conditions=["normal", "low_light"], n_unseen=0, train_per_task=1,
+                         eval_per_task=3, blind_forward_steps=4)
+    tasks, _ = cfg.tasks()
+    data = prepare_data(cfg, tasks)
+    got = evaluate_blind(cfg, tasks, data)
+    for t in tasks:
+        d = data[t.index]
+        env = make_env(base, t.condition, d.eval_episodes, d.eval_gts)
+        try:
+            rows = [run_episode(env, ForwardPolicy(4), i) for i in range(len(d.eval_episodes))]
+        finally:
+            env.close()
+        want = metrics.aggregate(rows)
+        assert got[t.name]["sr"] == pytest.approx(want["sr"]) and got[t.name]["ne"] == pytest.approx(want["ne"])
+        # 4 forward moves of 0.25 m from a start >= 1.5 m away leave the agent at least 0.5 m from the goal
+        assert got[t.name]["ne"] >= 0.5 - 1e-6
+    with pytest.raises(ValueError, match="blind_forward_steps"):
+        LifelongConfig(base=base, n_scenes=1, n_unseen=0, blind_forward_steps=0)
