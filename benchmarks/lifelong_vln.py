@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--success-distance", type=float, default=None,
                    help="evaluation success radius in m (default: the base config's); evaluation only")
+    p.add_argument("--only-tasks", default=None, metavar="NAMES",
+                   help="learn only these tasks of the sequence, in this order (e.g. S0-low_light: one task alone, "
+                        "to measure what adaptation gains); the others are not evaluated")
     p.add_argument("--diagonal-only", action="store_true",
                    help="evaluate each task right after it is learnt and all tasks after the last one (what SR, "
                         "forgetting and the final row need) instead of the whole SR matrix: affords more episodes")
@@ -201,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(base, success_distance=a.success_distance)
     tasks, unseen = cfg.tasks()
+    if a.only_tasks:
+        by_name = {t.name: t for t in tasks + unseen}
+        names = [n for n in a.only_tasks.split(",") if n]
+        if not names or any(n not in by_name for n in names):
+            p.error(f"--only-tasks: names of tasks of this sequence ({sorted(by_name)}), got {a.only_tasks!r}")
+        tasks, unseen = [by_name[n] for n in names], []
     data = prepare_data(cfg, tasks + unseen, progress=not a.quick)
     references = {"base": evaluate_base(cfg, base_dir, tasks + unseen, data),
                   "blind": evaluate_blind(cfg, tasks + unseen, data)}

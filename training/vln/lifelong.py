@@ -261,11 +261,12 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         fisher = [make_batch(vproc, [d.samples[i] for i in rng.choice(len(d.samples), cfg.batch_size)])
                   for _ in range(cfg.fisher_batches)]
         method.end_task(task, fisher, feats)
-        for t in tasks[:k + 1] if cfg.full_matrix or k == T - 1 else [task]:
+        for j in range(k + 1) if cfg.full_matrix or k == T - 1 else [k]:
+            t = tasks[j]
             exp = method.expert_of(t) if method.routed else None
             m = evaluate_task(method, cfg, data[t.index], exp)
             for key in mats:
-                mats[key][k, t.index] = m[key]
+                mats[key][k, j] = m[key]
             if k == T - 1 and "routing_acc" in m:
                 routing.append(m["routing_acc"])
         log.info("%s after %s: SR on seen tasks %s", name, task.name, np.round(mats["sr"][k, :k + 1], 2).tolist())

@@ -68,6 +68,20 @@ class SequentialLoRA(_Method):
         self.penalty = NoPenalty(bundle.model)
 
 
+@METHODS.register("seq_ft")
+class SequentialFullFineTuning(_Method):
+    """Every weight of the navigator trained on every task in turn, no adapter and no regulariser (the capacity
+    reference: what plain fine-tuning can learn from a task's demonstrations, and how much it forgets)."""
+
+    def __init__(self, bundle: Any, agent_cfg: VLNAgentConfig, settings: dict[str, Any]) -> None:
+        super().__init__(bundle, agent_cfg, settings)
+        for p in bundle.model.parameters():
+            p.requires_grad_(True)
+
+    def adapter_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
 @METHODS.register("ewc_lora")
 class EWCLoRAMethod(_Method):
     """One LoRA, merged after each task; EWC on the full-size delta W with the accumulated Fisher."""

@@ -1,0 +1,42 @@
+"""Lifelong methods' scope: sequential full fine-tuning changes every weight (vision tower included), sequential
+LoRA leaves the base weights as they were and trains only its adapter."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL context
+from training.vln.config import VLNTrainConfig  # noqa: E402
+from training.vln.data import Sample  # noqa: E402
+
+TINY = dict(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128, vision_hidden_size=32,
+            vision_layers=1, vision_heads=2, vision_intermediate_size=64, bpe_vocab_size=400)
+
+
+@pytest.mark.parametrize("name", ["seq_ft", "seq_lora"])
+def test_method_trains_what_it_says(name, tmp_path) -> None:
+    from agents.vlm.bundle import load_vlm
+    from agents.vln.processor_vln import VLNProcessor
+    from training.vln.methods import METHODS
+    from training.vln.navigator import build_backbone
+    from training.vln.trainer import Imitation
+
+    cfg = VLNTrainConfig(image_size=32, tiny=TINY, agent={"num_history": 0, "num_future_steps": 2})
+    bundle = load_vlm(build_backbone(cfg, tmp_path / "b", ["go to the sofa"]))
+    total = sum(p.numel() for p in bundle.model.parameters())
+    before = {n: p.detach().clone() for n, p in bundle.model.named_parameters()}
+    method = METHODS.get(name)(bundle, cfg.agent_config(), {"lora_rank": 4})
+    vproc = VLNProcessor(bundle.processor, bundle.family, cfg.image_size, cfg.agent_config())
+    rng = np.random.default_rng(0)
+    samples = [Sample(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), "go to the sofa next:", "forward stop")] * 2
+    losses = Imitation(method.model, vproc, lr=1e-2, batch_size=2).run(samples, 5)
+    assert losses[-1] < losses[0]
+    after = {n.replace("base_model.model.", "").replace(".base_layer", ""): p.detach()
+             for n, p in method.model.named_parameters() if "lora_" not in n}
+    vision = [n for n in before if "vision_tower" in n and n.endswith("weight")]
+    changed = [n for n in vision if not torch.equal(before[n], after[n])]
+    if name == "seq_ft":
+        assert method.adapter_params() == total and len(changed) == len(vision)
+    else:
+        assert not changed and all(torch.equal(before[n], after[n]) for n in before)
+        assert 0 < method.adapter_params() < total // 5
