@@ -148,6 +148,11 @@ def test_cancel_stops_the_goal(arm):
     status, result = goal.result(timeout=10)
     assert status == GoalStatus.STATUS_CANCELED
     assert not result.success and "cancel" in result.message
+    # the cancel ends with a zero command (it travels on another topic than the result: wait for it) ...
+    is_zero = lambda m: (m.twist.linear.x, m.twist.linear.y, m.twist.linear.z) == (0.0, 0.0, 0.0)  # noqa: E731
+    assert spin_until(node, lambda: arm["deltas"] and is_zero(arm["deltas"][-1]), timeout=3), \
+        "no zero delta on cancel"
+    # ... and nothing follows it
     n = len(arm["deltas"])
     spin_until(node, lambda: False, timeout=0.5)
     assert len(arm["deltas"]) == n, "kept commanding the arm after cancel"

@@ -316,6 +316,7 @@ class VlaNode(LifecycleNode):
                 while True:
                     now = time.monotonic()
                     if goal_handle.is_cancel_requested:
+                        self._send_zero("goal canceled")
                         raise _end(False, f"canceled after {step} steps", "canceled", step)
                     if not self._active:
                         raise _end(False, f"node deactivated after {step} steps", "abort", step)
