@@ -42,7 +42,10 @@ class Task:
 
 @dataclass
 class LifelongConfig:
-    """Sequence, data and per-task training settings (the base navigator comes from ``base``)."""
+    """Sequence, data and per-task training settings (the base navigator comes from ``base``).
+
+    ``full_matrix``: evaluate every learnt task after each task (the SR matrix), else only the task just learnt and,
+    after the last one, all of them. ``blind_forward_steps``: N of the blind reference (forward N times, then stop)."""
 
     base: VLNTrainConfig = field(default_factory=VLNTrainConfig)
     n_scenes: int = 3
