@@ -51,6 +51,11 @@ def _clean(x):
 REFERENCE_ROWS = {"base": "base, no adaptation", "blind": "blind: forward {n} then stop"}
 
 
+def reference_avg(on: dict, tasks, key: str = "sr") -> float | None:
+    """Mean ``key`` of a reference policy (``{task name: metrics}``) over ``tasks`` (None without tasks)."""
+    return float(sum(on[t.name][key] for t in tasks) / len(tasks)) if tasks else None
+
+
 def sr_se(srs: list[float], n: int) -> float:
     """Standard error of the mean of per-task success rates, each over ``n`` held-out episodes (binomial)."""
     return math.sqrt(sum(p * (1 - p) / n for p in srs)) / max(len(srs), 1)
@@ -64,7 +69,6 @@ def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: 
     lines = [head, "|" + "---|" * 10]
     f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
     pm = lambda srs: f" ± {sr_se(srs, n_eval):.2f}" if n_eval else ""  # noqa: E731
-    mean = lambda xs: float(sum(xs) / len(xs)) if xs else None  # noqa: E731
     for name, r in results.items():
         lines.append(f"| {name} | {f(r['avg']['sr'])}{pm(r['final']['sr'])} | {f(r['avg']['spl'])} | "
                      f"{f(r['avg']['osr'])} | "
@@ -73,9 +77,8 @@ def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: 
     refs = {REFERENCE_ROWS.get(k, k).format(n=blind_steps): v for k, v in (references or {}).items()}
     for name, on in refs.items():
         srs = [on[t.name]["sr"] for t in tasks]
-        lines.append(f"| {name} | {f(mean(srs))}{pm(srs)} | {f(mean([on[t.name]['spl'] for t in tasks]))} | "
-                     f"{f(mean([on[t.name]['osr'] for t in tasks]))} | - | - | "
-                     f"{f(mean([on[u.name]['sr'] for u in unseen]))} | - | 0 | - |")
+        lines.append(f"| {name} | {f(reference_avg(on, tasks))}{pm(srs)} | {f(reference_avg(on, tasks, 'spl'))} | "
+                     f"{f(reference_avg(on, tasks, 'osr'))} | - | - | {f(reference_avg(on, unseen))} | - | 0 | - |")
     lines += ["", "Final SR per task (order of learning): " + ", ".join(t.name for t in tasks)
               + (f"; unseen: {', '.join(u.name for u in unseen)}" if unseen else "")
               + (f". ± is the standard error of the average over {n_eval} held-out episodes per task." if n_eval
@@ -238,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
                "routing_acc": results.get("tuka_dkil", {}).get("routing_acc"),
                "served_parity": results.get("tuka_dkil", {}).get("served_parity"),
-               "reference_avg_sr": {k: float(sum(on[t.name]["sr"] for t in tasks) / len(tasks))
-                                    for k, on in references.items()},
+               "reference_avg_sr": {k: reference_avg(on, tasks) for k, on in references.items()},
                "seconds": round(time.time() - t0, 1), "out": str(out)}
     print(json.dumps(_clean(summary)))
     return 0

@@ -137,6 +137,11 @@ def test_pick_up_red_cube_succeeds_with_feedback_and_rejects_bad_goals(arm):
     print(f"lift over ROS 2: {result.steps} steps in {elapsed:.1f} s")
 
 
+def _is_zero(msg) -> bool:
+    """A TwistStamped delta that moves nothing."""
+    return (msg.twist.linear.x, msg.twist.linear.y, msg.twist.linear.z) == (0.0, 0.0, 0.0)
+
+
 def test_cancel_stops_the_goal(arm):
     node, client = arm["node"], arm["client"]
     assert call(node, arm["reset"], Trigger.Request()).success
@@ -149,8 +154,7 @@ def test_cancel_stops_the_goal(arm):
     assert status == GoalStatus.STATUS_CANCELED
     assert not result.success and "cancel" in result.message
     # the cancel ends with a zero command (it travels on another topic than the result: wait for it) ...
-    is_zero = lambda m: (m.twist.linear.x, m.twist.linear.y, m.twist.linear.z) == (0.0, 0.0, 0.0)  # noqa: E731
-    assert spin_until(node, lambda: arm["deltas"] and is_zero(arm["deltas"][-1]), timeout=3), \
+    assert spin_until(node, lambda: arm["deltas"] and _is_zero(arm["deltas"][-1]), timeout=3), \
         "no zero delta on cancel"
     # ... and nothing follows it
     n = len(arm["deltas"])
@@ -176,8 +180,7 @@ def test_stale_input_zeroes_and_aborts(arm):
     assert "stale" in result.message and "camera" in result.message, result.message
     assert time.monotonic() - t0 < 1.0 + 1.5  # stale_timeout 1.0 s + slack
     # the zero delta and the result travel on different topics: wait for the delta
-    is_zero = lambda m: (m.twist.linear.x, m.twist.linear.y, m.twist.linear.z) == (0.0, 0.0, 0.0)  # noqa: E731
-    assert spin_until(node, lambda: arm["deltas"] and is_zero(arm["deltas"][-1]), timeout=3), \
+    assert spin_until(node, lambda: arm["deltas"] and _is_zero(arm["deltas"][-1]), timeout=3), \
         "no zero delta on stale input"
 
 
