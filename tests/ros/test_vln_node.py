@@ -64,6 +64,24 @@ class Harness:
         self.feed(0.2)
         self.settle()
 
+    def sync(self, quiet: float = 0.1, timeout: float = 5.0) -> None:
+        """Drain every in-flight command, then act on one fresh good frame and wait for exactly that action.
+
+        The node acts once per new frame, in order; on a loaded machine it can still be working through a
+        backlog of frames after ``warm``. Once the action for a frame sent after the backlog has drained has
+        arrived, nothing else is in flight, so counts taken next are not racing earlier frames, and the
+        fresh frame keeps the camera input recent for the next ``stale_timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        n = -1
+        while n != len(self.actions) and time.monotonic() < deadline:   # quiet for `quiet` seconds
+            n = len(self.actions)
+            spin_until(self.node, lambda: False, timeout=quiet)
+        assert n == len(self.actions), "the node kept acting without new frames"
+        self.pub_img.publish(self.image())
+        assert spin_until(self.node, lambda: len(self.actions) > n, timeout=deadline - time.monotonic()), \
+            "no action for a fresh good frame"
+
     def zero_after(self, t0: float) -> float | None:
         for t, m in self.twists:
             if t >= t0 and m.linear.x == 0.0 and m.angular.z == 0.0:
@@ -108,10 +126,11 @@ def test_bad_image_gives_zero_velocity_and_node_survives(vln, bad):
         msg.step = 5
     else:
         msg.data = bytes(msg.data)[:100]
+    vln.sync()
     t0 = time.monotonic()
     n_actions = len(vln.actions)
     vln.pub_img.publish(msg)
-    # within 0.2 s: before the 0.5 s staleness stop could be the cause (0.15 s have passed since the last frame)
+    # within 0.2 s: before the 0.5 s staleness stop could be the cause (the last good frame was just acted on)
     assert spin_until(vln.node, lambda: vln.zero_after(t0) is not None, timeout=0.3)
     assert vln.zero_after(t0) < 0.2
     assert len(vln.actions) == n_actions, "acted on a malformed image"
