@@ -169,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="learn only these tasks of the sequence, in this order (e.g. S0-low_light: one task alone, "
                         "to measure what adaptation gains); the others are not evaluated")
     p.add_argument("--ewc-lambda", type=float, default=1e7, help="EWC-LoRA's lambda (the released code's 1e7)")
+    p.add_argument("--adapt-projector", action="store_true",
+                   help="every method adapts the multimodal projector too (the paper's targets); TuKA then routes on "
+                        "vision-tower features")
     p.add_argument("--diagonal-only", action="store_true",
                    help="evaluate each task right after it is learnt and all tasks after the last one (what SR, "
                         "forgetting and the final row need) instead of the whole SR matrix: affords more episodes")
@@ -197,14 +200,15 @@ def main(argv: list[str] | None = None) -> int:
         base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
         cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
                              train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4, fisher_batches=1,
-                             lora_rank=4, tuka_ranks=(4, 4, 2, 2), methods=methods, full_matrix=False)
+                             lora_rank=4, tuka_ranks=(4, 4, 2, 2), methods=methods, full_matrix=False,
+                             adapt_projector=a.adapt_projector)
     else:
         base = VLNTrainConfig.from_yaml(a.base_config)
         cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
                              order_seed=a.order_seed, train_per_task=a.train_per_task, eval_per_task=a.eval_per_task,
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
                              methods=methods, full_matrix=not a.diagonal_only,
-                             ewc_lambda=a.ewc_lambda)
+                             ewc_lambda=a.ewc_lambda, adapt_projector=a.adapt_projector)
     base_dir, base_result = base_navigator(base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(base, success_distance=a.success_distance)

@@ -15,7 +15,7 @@ from agents.vlm.bundle import (
     write_adapter_meta,
 )
 from agents.vlm.config import MICRO_SIZES, TinyVLMConfig
-from agents.vlm.families import FAMILIES, FamilySpec, get_family, lora_target_regex
+from agents.vlm.families import FAMILIES, FamilySpec, get_family, lora_target_regex, projector_target_regex
 from agents.vlm.generate import Generation, GenerationSettings, generate, generate_text, sequence_logprob
 from agents.vlm.inputs import IGNORE_INDEX, check_image, collate, prefix_inputs, target_ids, training_example
 
@@ -39,6 +39,7 @@ __all__ = [
     "get_family",
     "load_vlm",
     "lora_target_regex",
+    "projector_target_regex",
     "prefix_inputs",
     "sequence_logprob",
     "target_ids",

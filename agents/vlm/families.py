@@ -28,7 +28,9 @@ class FamilySpec:
       included), whose tokens end where generation starts;
     - ``lora_regex``: a ``target_modules`` regex limited to the language model;
     - ``extra_inputs(batch, bundle)``: adds inputs the model needs besides the processor output (may be None);
-    - ``uses_suffix``: the processor takes ``suffix=`` and returns prefix-LM ``labels``/``token_type_ids``.
+    - ``uses_suffix``: the processor takes ``suffix=`` and returns prefix-LM ``labels``/``token_type_ids``;
+    - ``projector_module``: dotted name suffix of the module that maps vision-tower features into the language
+      model (its input is the vision tower's output); ``projector_regex``: ``target_modules`` regex of its linears.
     """
 
     name: str
@@ -40,6 +42,8 @@ class FamilySpec:
     check_config: Callable[["TinyVLMConfig"], None] = lambda cfg: None
     extra_inputs: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None
     uses_suffix: bool = False
+    projector_module: str = ""
+    projector_regex: str = ""
     notes: str = field(default="", compare=False)
 
 
@@ -74,6 +78,14 @@ def lora_target_regex(family: str) -> str:
     """``target_modules`` regex for peft's LoraConfig: all linear layers of the language model only
     (q/k/v/o and the MLP's gate/up/down), never the vision tower, which uses the same projection names."""
     return get_family(family).lora_regex
+
+
+def projector_target_regex(family: str) -> str:
+    """``target_modules`` regex of the family's multimodal projector linears (ValueError if it has none)."""
+    spec = get_family(family)
+    if not spec.projector_regex:
+        raise ValueError(f"VLM family {family!r} names no projector to adapt")
+    return spec.projector_regex
 
 
 def _ensure_builtin() -> None:

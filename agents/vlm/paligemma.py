@@ -88,5 +88,6 @@ def prefix_text(prompt: str, n_images: int) -> str:
 SPEC = register_family(FamilySpec(
     name="paligemma", model_types=("paligemma",), build_tiny=build_tiny, load_processor=load_processor,
     prefix_text=prefix_text, lora_regex=rf".*language_model.*\.({LM_LINEAR})$", check_config=_check,
+    projector_module="multi_modal_projector", projector_regex=r".*multi_modal_projector\.linear$",
     uses_suffix=True, notes="SigLIP + Gemma; real checkpoints: google/paligemma*-3b-*",
 ))

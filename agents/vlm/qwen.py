@@ -123,5 +123,6 @@ def extra_inputs(batch: dict[str, Any], bundle: Any) -> dict[str, Any]:
 SPEC = register_family(FamilySpec(
     name="qwen2_5_vl", model_types=("qwen2_5_vl",), build_tiny=build_tiny, load_processor=load_processor,
     prefix_text=prefix_text, lora_regex=rf".*language_model.*\.({LM_LINEAR})$", check_config=_check,
+    projector_module="visual.merger", projector_regex=r".*visual\.merger\.mlp\.\d+$",
     extra_inputs=extra_inputs, uses_suffix=False, notes="Qwen2.5-VL via an image-only processor",
 ))

@@ -12,6 +12,7 @@ from agents.core.types import NavAction
 
 CONFIG_NAME = "vln_config.json"
 FALLBACKS = ("stop", "forward", "left", "right", "error")
+ROUTING_SOURCES = ("projector", "vision_tower")
 
 
 @dataclass
@@ -30,7 +31,9 @@ class VLNAgentConfig:
     - ``fallback``: the action when an answer has no valid action word (``"error"``: raise instead);
     - ``route_every``: re-route the experts every N calls (0: once per episode, on its first frame);
     - ``routing_fallback``: when routing fails (no prototypes, bad features), act with the shared knowledge only
-      (no expert update) instead of raising; the policy reports it in ``diagnostics()``.
+      (no expert update) instead of raising; the policy reports it in ``diagnostics()``;
+    - ``routing_features``: where the routing features come from: ``"projector"`` (its output) or
+      ``"vision_tower"`` (the projector's input: needed when an adapter changes the projector itself).
     """
 
     num_history: int = 3
@@ -42,6 +45,7 @@ class VLNAgentConfig:
     fallback: str = "stop"
     route_every: int = 0
     routing_fallback: bool = False
+    routing_features: str = "projector"
 
     def __post_init__(self) -> None:
         limits = {"num_history": (0, 15), "num_future_steps": (1, 32), "execute_steps": (0, 32),
@@ -54,6 +58,9 @@ class VLNAgentConfig:
             raise ValueError(f"VLNAgentConfig.fallback must be one of {list(FALLBACKS)}, got {self.fallback!r}")
         if not isinstance(self.goal_prefix, bool):
             raise TypeError(f"VLNAgentConfig.goal_prefix must be a bool, got {self.goal_prefix!r}")
+        if self.routing_features not in ROUTING_SOURCES:
+            raise ValueError(f"VLNAgentConfig.routing_features must be one of {list(ROUTING_SOURCES)}, got "
+                             f"{self.routing_features!r}")
         if not isinstance(self.routing_fallback, bool):
             raise TypeError(f"VLNAgentConfig.routing_fallback must be a bool, got {self.routing_fallback!r}")
 

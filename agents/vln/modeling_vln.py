@@ -18,7 +18,7 @@ import numpy as np
 from agents.core.policy import Policy
 from agents.core.types import NavAction, Observation
 from agents.vln.actions import format_actions, parse_with_fallback, split_goal
-from agents.vln.configuration_vln import VLNAgentConfig
+from agents.vln.configuration_vln import ROUTING_SOURCES, VLNAgentConfig
 from agents.vln.processor_vln import VLNProcessor, build_prompt, check_instruction
 from agents.vln.router import ExpertActivator, ExpertRouter, RoutingError
 
@@ -26,13 +26,51 @@ log = logging.getLogger(__name__)
 VLM_SUBDIR = "vlm"
 
 
-def image_features(model: Any, pixel_values: Any) -> Any:
-    """Mean-pooled vision features (B, D) of ``pixel_values`` through the VLM's vision tower + projector."""
+class _ReachedProjector(Exception):
+    """Raised by the hook that captures vision-tower features, to skip the rest of the image path."""
+
+
+def image_features(model: Any, pixel_values: Any, source: str = "projector", family: str = "paligemma") -> Any:
+    """Mean-pooled vision features (B, D) of ``pixel_values``.
+
+    ``source="projector"``: the output of the vision tower + multimodal projector (what the language model sees);
+    ``"vision_tower"``: the projector's input, captured by a hook on the family's projector module, so the
+    features do not change when an adapter on the projector does (routing may then pick that adapter's expert).
+    """
     import torch
 
-    with torch.no_grad():
-        out = model.get_image_features(pixel_values=pixel_values.to(model.device, model.dtype))
-    if not isinstance(out, torch.Tensor):
+    if source not in ROUTING_SOURCES:
+        raise ValueError(f"routing feature source must be one of {list(ROUTING_SOURCES)}, got {source!r}")
+    captured: list[Any] = []
+    handle = None
+    if source == "vision_tower":
+        from agents.vlm.families import get_family
+
+        suffix = get_family(family).projector_module
+        mods = [m for n, m in model.named_modules() if suffix and (n == suffix or n.endswith("." + suffix))]
+        if len(mods) != 1:
+            raise ValueError(f"cannot find the {family} projector {suffix!r} in the model ({len(mods)} matches)")
+
+        def stop_at_projector(mod: Any, args: tuple[Any, ...]) -> None:
+            captured.append(args[0])
+            raise _ReachedProjector  # the projector (and any adapter on it) never runs
+
+        handle = mods[0].register_forward_pre_hook(stop_at_projector)
+    try:
+        with torch.no_grad():
+            out = model.get_image_features(pixel_values=pixel_values.to(model.device, model.dtype))
+    except _ReachedProjector:
+        pass
+    finally:
+        if handle is not None:
+            handle.remove()
+    if source == "vision_tower":
+        if not captured:
+            raise ValueError(f"the {family} projector never ran: no vision-tower features")
+        out = captured[0]
+        if out.dim() != 3:
+            raise ValueError(f"vision-tower routing needs per-image features (B, tokens, D), got {tuple(out.shape)}")
+    elif not isinstance(out, torch.Tensor):
         pooled = getattr(out, "pooler_output", None)
         out = pooled if isinstance(pooled, torch.Tensor) else out.last_hidden_state
     if out.dim() == 3:
@@ -155,7 +193,8 @@ class AlldayWalkerPolicy(Policy):
     # ----------------------------------------------------------------------------------------------- routing
     def features(self, frames: list[np.ndarray]) -> Any:
         """Routing features (B, D) of single frames."""
-        return image_features(self.model, self.processor.pixel_values(frames))
+        return image_features(self.model, self.processor.pixel_values(frames), self.config.routing_features,
+                              self.bundle.family)
 
     def _route(self, frames: list[np.ndarray]) -> None:
         try:

@@ -111,6 +111,32 @@ def test_save_load_round_trip_and_corrupt_checkpoints(vlm_dir, frame, tmp_path):
         AlldayWalkerPolicy.from_pretrained(tmp_path / "ck")
 
 
+def test_vision_tower_routing_features_ignore_the_projector(vlm_dir, frame):
+    from agents.vlm.bundle import load_vlm
+    from agents.vln.modeling_vln import AlldayWalkerPolicy, image_features
+
+    bundle = load_vlm(vlm_dir)
+    pol = AlldayWalkerPolicy(bundle, VLNAgentConfig(num_history=1, routing_features="vision_tower"))
+    frames = [frame.rgb, frame.rgb[::-1].copy()]
+    pv = pol.processor.pixel_values(frames)
+    tower = image_features(bundle.model, pv, "vision_tower", bundle.family)
+    with torch.no_grad():
+        ref = bundle.model.get_submodule("model.vision_tower")(pixel_values=pv).last_hidden_state.mean(1)
+    torch.testing.assert_close(tower, ref.float())
+    assert tower.shape[0] == 2 and not torch.allclose(tower[0], tower[1])
+    projected = image_features(bundle.model, pv)
+    assert projected.shape[1] != tower.shape[1] or not torch.allclose(projected, tower)
+    with torch.no_grad():   # what an adapter on the projector does: the projector's output moves, its input not
+        bundle.model.get_submodule("model.multi_modal_projector.linear").weight.mul_(2.0)
+    torch.testing.assert_close(image_features(bundle.model, pv, "vision_tower", bundle.family), tower)
+    assert not torch.allclose(image_features(bundle.model, pv), projected)
+    torch.testing.assert_close(pol.features(frames), tower)
+    with pytest.raises(ValueError, match="routing_features"):
+        VLNAgentConfig(routing_features="language_model")
+    with pytest.raises(ValueError, match="routing feature source"):
+        image_features(bundle.model, pv, "pixels")
+
+
 def test_prototype_routing():
     table = PrototypeTable(torch.eye(3, 4), torch.tensor([[0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0]]))
     assert table.route(torch.tensor([0.0, 2.0, 0.0, 0.1])) == (1, 1)

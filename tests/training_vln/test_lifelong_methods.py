@@ -1,5 +1,7 @@
 """Lifelong methods' scope: sequential full fine-tuning changes every weight (vision tower included), sequential
-LoRA leaves the base weights as they were and trains only its adapter."""
+LoRA leaves the base weights as they were and trains only its adapter; with
+``adapt_projector`` every method adapts the multimodal projector too (never the vision tower) and routing reads
+vision-tower features."""
 
 import numpy as np
 import pytest
@@ -40,3 +42,34 @@ def test_method_trains_what_it_says(name, tmp_path) -> None:
     else:
         assert not changed and all(torch.equal(before[n], after[n]) for n in before)
         assert 0 < method.adapter_params() < total // 5
+
+
+@pytest.mark.parametrize("adapt_projector", [False, True])
+@pytest.mark.parametrize("name", ["seq_lora", "ewc_lora", "oracle_multi_lora", "tuka_dkil"])
+def test_projector_is_adapted_only_when_asked(name, adapt_projector, tmp_path) -> None:
+    from agents.vlm.bundle import load_vlm
+    from training.vln.lifelong import Task
+    from training.vln.methods import METHODS
+    from training.vln.navigator import build_backbone
+
+    cfg = VLNTrainConfig(image_size=32, tiny=TINY, agent={"num_history": 0, "num_future_steps": 2})
+    bundle = load_vlm(build_backbone(cfg, tmp_path / "b", ["go to the sofa"]))
+    settings = {"lora_rank": 4, "tuka_ranks": (4, 4, 2, 2), "ewc_lambda": 1.0, "adapt_projector": adapt_projector}
+    method = METHODS.get(name)(bundle, cfg.agent_config(), settings)
+    method.start_task(Task(0, 0, "normal", 0))   # the multi-LoRA adds its first adapter here
+    trained = [n for n, p in method.model.named_parameters() if p.requires_grad]
+    assert any("language_model" in n for n in trained)
+    assert any("multi_modal_projector" in n for n in trained) == adapt_projector
+    assert not any("vision_tower" in n for n in trained)
+
+
+def test_adapting_the_projector_routes_on_vision_tower_features() -> None:
+    from training.vln.lifelong import LifelongConfig
+
+    base = VLNTrainConfig(image_size=32, tiny=TINY, agent={"num_history": 0})
+    assert LifelongConfig(base=base).agent_config().routing_features == "projector"
+    on = LifelongConfig(base=base, adapt_projector=True)
+    assert on.agent_config().routing_features == "vision_tower" and on.settings()["adapt_projector"] is True
+    assert on.agent_config().num_history == 0
+    with pytest.raises(TypeError, match="adapt_projector"):
+        LifelongConfig(base=base, adapt_projector="yes")

@@ -8,6 +8,7 @@ F-X_t = (X[t, t] - X[T, t]) / X[t, t] for t < T, NaN (excluded) when X[t, t] = 0
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from agents.vln.configuration_vln import VLNAgentConfig
 from sim.core.episodes import Episode, GroundTruth
 from training.vln.config import VLNTrainConfig
 from training.vln.data import Sample, collect
@@ -45,7 +47,9 @@ class LifelongConfig:
     """Sequence, data and per-task training settings (the base navigator comes from ``base``).
 
     ``full_matrix``: evaluate every learnt task after each task (the SR matrix), else only the task just learnt and,
-    after the last one, all of them. ``blind_forward_steps``: N of the blind reference (forward N times, then stop)."""
+    after the last one, all of them. ``blind_forward_steps``: N of the blind reference (forward N times, then stop).
+    ``adapt_projector``: every method adapts the multimodal projector too (the paper's targets), and routing then
+    reads vision-tower features (``VLNAgentConfig.routing_features``), which the projector's adapter cannot move."""
 
     base: VLNTrainConfig = field(default_factory=VLNTrainConfig)
     n_scenes: int = 3
@@ -64,6 +68,7 @@ class LifelongConfig:
     methods: list[str] = field(default_factory=lambda: ["seq_lora", "ewc_lora", "oracle_multi_lora", "tuka_dkil"])
     full_matrix: bool = True
     blind_forward_steps: int = 6
+    adapt_projector: bool = False
 
     def __post_init__(self) -> None:
         from sim.nav.conditions import available_conditions
@@ -89,6 +94,8 @@ class LifelongConfig:
             raise ValueError(f"tuka_ranks must be 4 positive ints, got {self.tuka_ranks}")
         for m in self.methods:
             METHODS.get(m)  # KeyError listing the known methods
+        if not isinstance(self.adapt_projector, bool):
+            raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
 
     def tasks(self) -> tuple[list[Task], list[Task]]:
         """(task sequence in a fixed random order, unseen pairs). The held-out pairs are chosen so every scene
@@ -109,7 +116,13 @@ class LifelongConfig:
         return [mk(i, p) for i, p in enumerate(seq)], [mk(len(seq) + i, p) for i, p in enumerate(unseen)]
 
     def settings(self) -> dict[str, Any]:
-        return {"lora_rank": self.lora_rank, "tuka_ranks": tuple(self.tuka_ranks), "ewc_lambda": self.ewc_lambda}
+        return {"lora_rank": self.lora_rank, "tuka_ranks": tuple(self.tuka_ranks), "ewc_lambda": self.ewc_lambda,
+                "adapt_projector": self.adapt_projector}
+
+    def agent_config(self) -> VLNAgentConfig:
+        """The base navigator's agent settings; routing reads vision-tower features when the projector is adapted."""
+        cfg = self.base.agent_config()
+        return dataclasses.replace(cfg, routing_features="vision_tower") if self.adapt_projector else cfg
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -245,7 +258,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
     t0 = time.time()
     torch.manual_seed(cfg.base.seed)
     bundle = load_vlm(Path(base_dir) / "vlm")
-    agent_cfg = cfg.base.agent_config()
+    agent_cfg = cfg.agent_config()
     method = METHODS.get(name)(bundle, agent_cfg, cfg.settings())
     vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size, agent_cfg)
     T = len(tasks)

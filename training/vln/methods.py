@@ -20,12 +20,21 @@ log = logging.getLogger(__name__)
 METHODS: Registry[type] = Registry("lifelong VLN method")
 
 
-def _lora_config(bundle: Any, rank: int) -> Any:
+def adapter_targets(family: str, adapt_projector: bool = False) -> str:
+    """``target_modules`` regex of every method: the language model's linears, plus the multimodal projector's
+    when ``adapt_projector`` (the paper's targets; routing must then read vision-tower features)."""
+    from agents.vlm.families import lora_target_regex, projector_target_regex
+
+    lm = lora_target_regex(family)
+    return f"(?:{lm})|(?:{projector_target_regex(family)})" if adapt_projector else lm
+
+
+def _lora_config(bundle: Any, settings: dict[str, Any]) -> Any:
     from peft import LoraConfig
 
-    from agents.vlm.families import lora_target_regex
-
-    return LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=lora_target_regex(bundle.family), lora_dropout=0.0)
+    rank = settings["lora_rank"]
+    return LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                      target_modules=adapter_targets(bundle.family, settings.get("adapt_projector", False)))
 
 
 class _Method:
@@ -64,7 +73,7 @@ class SequentialLoRA(_Method):
         from training.peft.ewc_lora.protocol import NoPenalty
 
         super().__init__(bundle, agent_cfg, settings)
-        bundle.model = get_peft_model(bundle.model, _lora_config(bundle, settings["lora_rank"]))
+        bundle.model = get_peft_model(bundle.model, _lora_config(bundle, settings))
         self.penalty = NoPenalty(bundle.model)
 
 
@@ -92,7 +101,7 @@ class EWCLoRAMethod(_Method):
         from training.peft.ewc_lora.ewc import EWCLoRA, EWCLoRAConfig
 
         super().__init__(bundle, agent_cfg, settings)
-        bundle.model = get_peft_model(bundle.model, _lora_config(bundle, settings["lora_rank"]))
+        bundle.model = get_peft_model(bundle.model, _lora_config(bundle, settings))
         self.penalty = EWCLoRA(bundle.model, EWCLoRAConfig(lam=float(settings["ewc_lambda"])))
 
 
@@ -105,7 +114,7 @@ class OracleMultiLoRAMethod(_Method):
         from training.peft.multi_lora import OracleMultiLoRA
 
         super().__init__(bundle, agent_cfg, settings)
-        self.ml = OracleMultiLoRA(bundle.model, _lora_config(bundle, settings["lora_rank"]))
+        self.ml = OracleMultiLoRA(bundle.model, _lora_config(bundle, settings))
         self.learned: list[Any] = []
 
     def start_task(self, task: Any) -> None:
@@ -134,13 +143,13 @@ class TuKADKIL(_Method):
     routed = True
 
     def __init__(self, bundle: Any, agent_cfg: VLNAgentConfig, settings: dict[str, Any]) -> None:
-        from agents.vlm.families import lora_target_regex
         from training.peft.tucker import DKIL, DKILConfig, PrototypeRouter, TuKAConfig, apply_tuka
 
         super().__init__(bundle, agent_cfg, settings)
         r1, r2, r3, r4 = settings["tuka_ranks"]
         cfg = TuKAConfig(r1=r1, r2=r2, r3=r3, r4=r4, alpha=float(settings.get("tuka_alpha", 2 * r1)),
-                         target_modules=lora_target_regex(bundle.family), num_scenes=1, num_envs=1)
+                         target_modules=adapter_targets(bundle.family, settings.get("adapt_projector", False)),
+                         num_scenes=1, num_envs=1)
         bundle.model = apply_tuka(bundle.model, cfg)
         self.penalty = DKIL(bundle.model, DKILConfig())
         self.router = PrototypeRouter()
