@@ -77,6 +77,26 @@ class VLAStats:
                 "median_generation_s": float(np.median(g)) if g else float("nan")}
 
 
+def expand_chunk(chunk_cm: np.ndarray, gripper_state: float, max_step_m: float,
+                 gripper_steps: int) -> tuple[list[tuple[np.ndarray, float]], float]:
+    """Control steps of a decoded chunk (K x 4: ``[dx, dy, dz]`` cm, gripper state 1 open / 0 closed).
+
+    Each element is split into equal steps of at most ``max_step_m`` per axis; an element that changes the gripper
+    lasts at least ``gripper_steps`` steps. Returns ``([(delta_m, gripper_command), ...], gripper state after)``.
+    """
+    steps: list[tuple[np.ndarray, float]] = []
+    g_prev = gripper_state
+    for dx, dy, dz, g in np.asarray(chunk_cm, dtype=np.float64).reshape(-1, 4):
+        d = np.array([dx, dy, dz], dtype=np.float64) / 100.0
+        n = max(1, math.ceil(float(np.abs(d).max()) / max_step_m - 1e-9))
+        if (g >= 0.5) != (g_prev >= 0.5):
+            n = max(n, gripper_steps)
+        cmd = state_to_command(g)
+        steps += [(d / n, cmd) for _ in range(n)]
+        g_prev = g
+    return steps, float(g_prev >= 0.5)
+
+
 class VLAPolicy(Policy):
     """VLM2VLA policy over a :class:`~agents.vlm.VLMBundle` (see the module docstring)."""
 
@@ -201,19 +221,9 @@ class VLAPolicy(Policy):
         return motion, chunk
 
     def _enqueue(self, chunk_cm: np.ndarray) -> None:
-        cfg = self.config
-        g_prev = self.gripper_state
-        for dx, dy, dz, g in chunk_cm:
-            d = np.array([dx, dy, dz], dtype=np.float64) / 100.0
-            n = max(1, math.ceil(float(np.abs(d).max()) / cfg.max_step_m - 1e-9))
-            changed = (g >= 0.5) != (g_prev >= 0.5)
-            if changed:
-                n = max(n, cfg.gripper_steps)
-            cmd = state_to_command(g)
-            for _ in range(n):
-                self.queue.append((d / n, cmd))
-            g_prev = g
-        self.gripper_state = float(g_prev >= 0.5)
+        steps, self.gripper_state = expand_chunk(chunk_cm, self.gripper_state, self.config.max_step_m,
+                                                 self.config.gripper_steps)
+        self.queue.extend(steps)
 
     # ------------------------------------------------------------------------------------------ act
     def act(self, observation: Any, instruction: str | None = None) -> VLAAction:

@@ -238,3 +238,18 @@ def test_ros_registry_builds_the_policy(steered, tmp_path):
         make({"max_delta": 0.05, "checkpoint": ""})
     pol = make({"max_delta": 0.01, "checkpoint": str(tmp_path / "pol")})
     assert isinstance(pol.verifier, SimStateVerifier) and pol.config.max_step_m == 0.01
+
+
+def test_expand_chunk_splits_elements_and_holds_gripper_changes():
+    from agents.vla.policy import expand_chunk
+
+    chunk = np.array([[5.0, 0.0, -1.0, 1.0],    # 5 cm at 2 cm per step -> 3 equal steps
+                      [0.0, 0.0, 0.0, 0.0],     # the gripper closes: held for 4 steps
+                      [0.0, 0.0, 1.0, 0.0]])    # 1 cm up, closed
+    steps, g = expand_chunk(chunk, 1.0, max_step_m=0.02, gripper_steps=4)
+    assert len(steps) == 3 + 4 + 1 and g == 0.0
+    np.testing.assert_allclose(sum(d for d, _ in steps[:3]), [0.05, 0.0, -0.01])
+    assert all(np.abs(d).max() <= 0.02 + 1e-12 for d, _ in steps)
+    assert [c for _, c in steps] == [-1.0] * 3 + [1.0] * 5          # open, then close (commands -1 / +1)
+    np.testing.assert_allclose(steps[-1][0], [0.0, 0.0, 0.01])
+    assert steps[0][0] is not steps[1][0]                            # no aliased arrays in the queue

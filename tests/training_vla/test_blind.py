@@ -50,3 +50,33 @@ def test_replay_of_a_demo_lifts_and_standing_still_does_not(tmp_path):
         task.close()
     assert own["success"] == 1.0 and own["steps"] <= len(ep.deltas) + 2   # the expert's own actions, same seed
     assert still == {"episodes": 2, "success": 0.0, "steps": 16}           # runs to max_steps, nothing lifted
+
+
+def test_demonstrations_own_language_lifts_and_a_lossy_codec_does_not(tmp_path):
+    pytest.importorskip("robosuite")
+    from agents.vla.codecs import make_codec
+    from sim.manip import ManipTask
+    from training.vla.blind import language_replay_rollout
+    from training.vla.data.robosuite_source import record_robosuite
+    from training.vla.relabel import ScriptedRelabeller
+
+    lang = ScriptedRelabeller().relabel_all(record_robosuite("lift", 2, image_size=32, seed=3, cache_dir=tmp_path,
+                                                             progress=False))
+
+    class NoMotion:   # a codec that keeps the gripper but loses every motion
+        def encode(self, chunk):
+            return chunk
+
+        def decode(self, chunk):
+            out = np.array(chunk, dtype=np.float64)
+            out[:, :3] = 0.0
+            return out
+
+    task = ManipTask(task="lift", image_size=32)
+    try:
+        ok = language_replay_rollout(lang, make_codec("language"), task, 0.03, 6, max_steps=40)
+        lossy = language_replay_rollout(lang, NoMotion(), task, 0.03, 6, max_steps=40)
+    finally:
+        task.close()
+    assert ok["success"] == 1.0 and ok["episodes"] == 2
+    assert lossy["success"] == 0.0

@@ -74,3 +74,36 @@ def replay_rollout(traj: Trajectory, task: Any, seeds: Sequence[int], max_steps:
                 successes += 1
                 break
     return {"episodes": len(seeds), "success": successes / len(seeds) if seeds else float("nan"), "steps": steps}
+
+
+def language_replay_rollout(lang_episodes: Sequence[Any], codec: Any, task: Any, max_step_m: float,
+                            gripper_steps: int, max_steps: int, progress: bool = False) -> dict[str, Any]:
+    """The ceiling of a policy that writes the demonstrated action text perfectly: each demonstration's chunks
+    (:meth:`training.vla.relabel.LanguageEpisode.chunk`, the paper's merging rule) encoded by ``codec``, decoded
+    back and executed open loop from the demonstration's own seed by the policy's executor
+    (:func:`agents.vla.policy.expand_chunk`). The demonstrations succeeded; what fails here is lost by merging,
+    centimetre rounding and the executor. Returns ``{"episodes", "success", "steps"}``."""
+    from agents.vla.policy import expand_chunk
+
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    successes, steps = 0, 0
+    for lang in tqdm(lang_episodes, desc="language replay", disable=not progress, leave=False):
+        seed = lang.episode.meta.get("seed")
+        if seed is None:
+            raise ValueError("a demonstration without meta['seed'] cannot be replayed from its initial state")
+        task.reset(int(seed))
+        queue: list[tuple[np.ndarray, float]] = []
+        g = 1.0  # open, as the policy starts
+        for i in range(len(lang.steps)):
+            text = codec.encode(lang.chunk(i)[0])
+            part, g = expand_chunk(codec.decode(text), g, max_step_m, gripper_steps)
+            queue += part
+        for delta, cmd in queue[:max_steps]:
+            obs = task.step(delta, cmd)
+            steps += 1
+            if obs["success"]:
+                successes += 1
+                break
+    n = len(lang_episodes)
+    return {"episodes": n, "success": successes / n if n else float("nan"), "steps": steps}
