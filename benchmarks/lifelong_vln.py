@@ -224,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
                   "blind": evaluate_blind(cfg, tasks + unseen, data)}
     out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="lifelong_vln_")) if a.quick else ROOT / "docs")
     out.mkdir(parents=True, exist_ok=True)
-    served = Path(tempfile.mkdtemp(prefix="alldaywalker_served_")) if a.quick else ROOT / "runs/vln/alldaywalker_tuka"
+    if not a.quick:
+        served = ROOT / "runs/vln/alldaywalker_tuka"
+    else:
+        served = out / "served" if a.out else Path(tempfile.mkdtemp(prefix="alldaywalker_served_"))
     results = {m: run_method(m, cfg, base_dir, tasks, unseen, data, progress=not a.quick, export_dir=served)
                for m in cfg.methods}
     base_metrics = {c: {k: round(float(m[k]), 3) for k in ("sr", "spl", "osr", "ne")}
