@@ -171,17 +171,18 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     try:
         results["blind_replay"] = replay_rollout(mean_trajectory(demos), task, seeds, m["max_steps"], progress)
         log.info("blind replay of the mean demonstration: %s", results["blind_replay"])
-        ceiling = VLAPolicyConfig(max_step_m=0.03)
+        # one executor setting for the policies and the ceiling; token budgets ~1.5x the longest demonstrated
+        # target (subtasks 25, motion 7, chunk 72 tokens)
+        policy_cfg = VLAPolicyConfig(max_step_m=0.03, max_tries=3, seed=seed, max_new_tokens_subtasks=40,
+                                     max_new_tokens_motion=12, max_new_tokens_actions=96)
         results["language_replay"] = language_replay_rollout(
-            lang, make_codec("language"), task, ceiling.max_step_m, ceiling.gripper_steps, m["max_steps"], progress)
+            lang, make_codec("language"), task, policy_cfg.max_step_m, policy_cfg.gripper_steps, m["max_steps"],
+            progress)
         log.info("demonstrations' own action language replayed: %s", results["language_replay"])
         for method in METHODS if methods is None else methods:
             bundle, codec, tr = finetune(method, pretrained, lang, m, out, seed, progress)
             acc = vqa_accuracy(bundle, test)
-            # token budgets ~1.5x the longest demonstrated target (subtasks 25, motion 7, chunk 72 tokens)
-            policy = VLAPolicy(bundle, VLAPolicyConfig(
-                codec=METHODS[method], max_step_m=0.03, max_tries=3, seed=seed, max_new_tokens_subtasks=40,
-                max_new_tokens_motion=12, max_new_tokens_actions=96), codec=codec)
+            policy = VLAPolicy(bundle, dataclasses.replace(policy_cfg, codec=METHODS[method]), codec=codec)
             ro = rollout(policy, task, seeds, m["max_steps"], progress)
             results["methods"][method] = {
                 **tr, "vqa": acc, **ro,

@@ -60,20 +60,11 @@ def replay_rollout(traj: Trajectory, task: Any, seeds: Sequence[int], max_steps:
     Returns ``{"episodes", "success", "steps"}`` like :func:`training.vla.evaluate.rollout` (no model, so no
     malformed outputs and no policy time).
     """
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    successes, steps = 0, 0
-    for seed in tqdm(seeds, desc="blind replay", disable=not progress, leave=False):
-        task.reset(seed)
-        for t in range(max_steps):
-            i = min(t, len(traj.deltas) - 1)
-            delta = traj.deltas[t] if t < len(traj.deltas) else np.zeros(3, np.float32)
-            obs = task.step(delta, float(traj.gripper[i]))
-            steps += 1
-            if obs["success"]:
-                successes += 1
-                break
-    return {"episodes": len(seeds), "success": successes / len(seeds) if seeds else float("nan"), "steps": steps}
+    _check_max_steps(max_steps)
+    n = len(traj.deltas)
+    hold = np.zeros(3, np.float32)
+    actions = [(traj.deltas[t] if t < n else hold, float(traj.gripper[min(t, n - 1)])) for t in range(max_steps)]
+    return _open_loop(task, [(int(seed), actions) for seed in seeds], "blind replay", progress)
 
 
 def language_replay_rollout(lang_episodes: Sequence[Any], codec: Any, task: Any, max_step_m: float,
@@ -85,25 +76,36 @@ def language_replay_rollout(lang_episodes: Sequence[Any], codec: Any, task: Any,
     centimetre rounding and the executor. Returns ``{"episodes", "success", "steps"}``."""
     from agents.vla.policy import expand_chunk
 
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    successes, steps = 0, 0
-    for lang in tqdm(lang_episodes, desc="language replay", disable=not progress, leave=False):
+    _check_max_steps(max_steps)
+    runs = []
+    for lang in lang_episodes:
         seed = lang.episode.meta.get("seed")
         if seed is None:
             raise ValueError("a demonstration without meta['seed'] cannot be replayed from its initial state")
-        task.reset(int(seed))
         queue: list[tuple[np.ndarray, float]] = []
         g = 1.0  # open, as the policy starts
         for i in range(len(lang.steps)):
-            text = codec.encode(lang.chunk(i)[0])
-            part, g = expand_chunk(codec.decode(text), g, max_step_m, gripper_steps)
+            part, g = expand_chunk(codec.decode(codec.encode(lang.chunk(i)[0])), g, max_step_m, gripper_steps)
             queue += part
-        for delta, cmd in queue[:max_steps]:
-            obs = task.step(delta, cmd)
+        runs.append((int(seed), queue[:max_steps]))
+    return _open_loop(task, runs, "language replay", progress)
+
+
+def _check_max_steps(max_steps: int) -> None:
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+
+
+def _open_loop(task: Any, runs: Sequence[tuple[int, Sequence[tuple[np.ndarray, float]]]], desc: str,
+               progress: bool) -> dict[str, Any]:
+    """Reset ``task`` to each seed and send its ``(delta_m, gripper)`` actions until the task succeeds."""
+    successes, steps = 0, 0
+    for seed, actions in tqdm(runs, desc=desc, disable=not progress, leave=False):
+        task.reset(seed)
+        for delta, grip in actions:
+            obs = task.step(delta, grip)
             steps += 1
             if obs["success"]:
                 successes += 1
                 break
-    n = len(lang_episodes)
-    return {"episodes": n, "success": successes / n if n else float("nan"), "steps": steps}
+    return {"episodes": len(runs), "success": successes / len(runs) if runs else float("nan"), "steps": steps}
