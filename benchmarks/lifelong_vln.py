@@ -133,6 +133,9 @@ def merge(paths: list[str], out: Path) -> int:
     for r in reports[1:]:
         if r["tasks"] != first["tasks"] or r["unseen"] != first["unseen"]:
             raise ValueError("runs to merge must share the task sequence and unseen pairs")
+        for key in ("success_distance", "physical_conditions"):
+            if r.get(key, True) != first.get(key, True):
+                raise ValueError(f"runs to merge must share {key}: {first.get(key)} against {r.get(key)}")
     results = {m: res for r in reports for m, res in r["results"].items()}
     references = {k: v for r in reports for k, v in _references(r).items()}
     merged = {**first, "results": results, "references": references, "seconds": max(r["seconds"] for r in reports),
@@ -165,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--success-distance", type=float, default=None,
                    help="evaluation success radius in m (default: the base config's); evaluation only")
+    p.add_argument("--camera-only", action="store_true",
+                   help="conditions change the frame only (camera model on the normally lit scene, as the paper's "
+                        "noise models in Habitat), not the MuJoCo lighting too; the cached base is reused")
     p.add_argument("--only-tasks", default=None, metavar="NAMES",
                    help="learn only these tasks of the sequence, in this order (e.g. S0-low_light: one task alone, "
                         "to measure what adaptation gains); the others are not evaluated")
@@ -211,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                              ewc_lambda=a.ewc_lambda, adapt_projector=a.adapt_projector)
     base_dir, base_result = base_navigator(base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
-        cfg.base = dataclasses.replace(base, success_distance=a.success_distance)
+        cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)
+    if a.camera_only:  # how the tasks render their conditions; the base trained in normal light is reused
+        cfg.base = dataclasses.replace(cfg.base, physical_conditions=False)
     tasks, unseen = cfg.tasks()
     if a.only_tasks:
         by_name = {t.name: t for t in tasks + unseen}
@@ -234,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                     for c, m in base_result["metrics"].items()}
     report = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "unseen": [u.name for u in unseen],
               "base_navigator": {"dir": str(base_dir), "metrics": base_metrics}, "references": references,
-              "success_distance": cfg.base.success_distance, "results": results,
+              "success_distance": cfg.base.success_distance, "physical_conditions": cfg.base.physical_conditions,
+              "results": results,
               "seconds": round(time.time() - t0, 1)}
     (out / "lifelong_vln.json").write_text(json.dumps(_clean(report), indent=1))
     md = table(results, tasks, unseen, references, cfg.eval_per_task, cfg.blind_forward_steps)

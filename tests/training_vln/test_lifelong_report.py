@@ -104,3 +104,43 @@ def test_blind_reference_is_a_direct_rollout(tmp_path) -> None:
         assert got[t.name]["ne"] >= 0.5 - 1e-6
     with pytest.raises(ValueError, match="blind_forward_steps"):
         LifelongConfig(base=base, n_scenes=1, n_unseen=0, blind_forward_steps=0)
+
+
+def test_merge_refuses_runs_rendered_differently(tmp_path) -> None:
+    names = {"tasks": ["S0-normal"], "unseen": [], "config": {"eval_per_task": 4}, "seconds": 1,
+             "references": {}}
+    paths = []
+    for i, phys in enumerate((True, False)):
+        paths.append(str(tmp_path / f"r{i}.json"))
+        Path(paths[-1]).write_text(json.dumps({**names, "results": {}, "physical_conditions": phys}))
+    with pytest.raises(ValueError, match="physical_conditions"):
+        bench.merge(paths, tmp_path / "out")
+
+
+def test_camera_only_tasks_keep_the_scene_lit(tmp_path) -> None:
+    """``physical_conditions=False`` renders a task's condition as its camera model on the normally lit scene: the
+    night frame is then brighter than with the night lights too, the cached base's key does not move for the
+    default, and the flag is validated."""
+    import dataclasses
+
+    from training.vln.navigator import make_env, make_episodes
+
+    base = VLNTrainConfig(image_size=32, n_scenes=1, episodes_per_scene=2, eval_per_scene=1, min_distance=1.5,
+                          max_distance=3.0, same_room=True, max_steps=12, cache_dir=str(tmp_path),
+                          agent={"num_history": 0, "num_future_steps": 3})
+    camera = dataclasses.replace(base, physical_conditions=False)
+    assert VLNTrainConfig(**{**dataclasses.asdict(base), "physical_conditions": True}).fingerprint() == \
+        base.fingerprint() != camera.fingerprint()
+    eps, gts = make_episodes(base, "train")
+    means = {}
+    for name, c in (("physical", base), ("camera", camera)):
+        env = make_env(c, "low_light", eps, gts)
+        try:
+            assert env.config.physical_conditions is c.physical_conditions
+            means[name] = sum(float(env.reset(options={"episode_index": i})[0]["rgb"].mean())
+                              for i in range(len(eps)))
+        finally:
+            env.close()
+    assert means["camera"] > 1.2 * means["physical"]
+    with pytest.raises(ValueError, match="physical_conditions"):
+        VLNTrainConfig(physical_conditions="no")

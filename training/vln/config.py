@@ -16,6 +16,9 @@ from training.config_io import apply_overrides, read_yaml_mapping
 #: no signal): 10x more light before the gain, half the read noise. Still clearly dark and noisy (see docs).
 MILD_NIGHT: dict[str, Any] = {"brightness_factor": 0.35, "exposure": 0.6, "gain": 3.0, "read_noise_sigma": 1.5}
 
+# Fields added after base navigators were cached: hashed only when they differ from these defaults.
+_HASHED_WHEN_SET: dict[str, Any] = {"physical_conditions": True}
+
 TINY_BACKBONE: dict[str, Any] = {"hidden_size": 128, "num_layers": 3, "num_heads": 4, "num_kv_heads": 2,
                                  "intermediate_size": 384, "vision_hidden_size": 96, "vision_layers": 2,
                                  "vision_heads": 4, "vision_intermediate_size": 192, "bpe_vocab_size": 600}
@@ -31,7 +34,9 @@ class VLNTrainConfig:
     ``success_distance`` m, demonstrated by ``teacher`` (``sim.nav.follower.FOLLOWERS``: the shortest-path
     follower or the ``sightline`` one, which steers by where the goal is in the frame). ``train_conditions`` are
     rendered for training, ``eval_conditions`` for the drop measurement; ``condition_params`` override each
-    condition's parameters (default: a milder night).
+    condition's parameters (default: a milder night). ``physical_conditions``: a condition also changes the scene's
+    lighting in MuJoCo (night lights, fog, ...) on top of its camera model; False applies the camera model to the
+    normally lit frame only, as the paper's noise models do in Habitat.
     """
 
     out_dir: str = "runs/vln/base"
@@ -57,6 +62,7 @@ class VLNTrainConfig:
     train_conditions: list[str] = field(default_factory=lambda: ["normal"])
     eval_conditions: list[str] = field(default_factory=lambda: ["normal", "low_light", "overexposure", "scattering"])
     condition_params: dict[str, dict[str, Any]] = field(default_factory=lambda: {"low_light": dict(MILD_NIGHT)})
+    physical_conditions: bool = True
     steps: int = 600
     batch_size: int = 16
     lr: float = 1e-3
@@ -96,6 +102,8 @@ class VLNTrainConfig:
             conds = getattr(self, name)
             if not isinstance(conds, list) or not conds or any(c not in known for c in conds):
                 raise ValueError(f"VLNTrainConfig.{name} must be a non-empty list of {known}, got {conds!r}")
+        if not isinstance(self.physical_conditions, bool):
+            raise ValueError(f"VLNTrainConfig.physical_conditions must be a bool, got {self.physical_conditions!r}")
         if not isinstance(self.condition_params, dict):
             raise ValueError("VLNTrainConfig.condition_params must be a mapping condition -> parameters")
         for cond, params in self.condition_params.items():
@@ -146,6 +154,9 @@ class VLNTrainConfig:
         """Hash of everything that changes the trained navigator (not out_dir/cache_dir/checkpoint_every)."""
         skip = ("out_dir", "cache_dir", "checkpoint_every", "num_threads")
         d = {k: v for k, v in self.to_dict().items() if k not in skip}
+        for k, default in _HASHED_WHEN_SET.items():  # fields added later: a default value keeps old cache keys
+            if d.get(k) == default:
+                del d[k]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     @classmethod

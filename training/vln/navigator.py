@@ -58,7 +58,8 @@ def scene_ids(cfg: VLNTrainConfig) -> list[str]:
 def make_env(cfg: VLNTrainConfig, condition: str, episodes: list[Episode], gts: dict[str, GroundTruth]) -> MujocoNavEnv:
     env_cfg = NavEnvConfig(width=cfg.image_size, height=cfg.image_size, quality="fast", depth=False,
                            condition=condition, condition_params=dict(cfg.condition_params.get(condition, {})),
-                           max_steps=cfg.max_steps, success_distance=cfg.success_distance, seed=cfg.seed)
+                           physical_conditions=cfg.physical_conditions, max_steps=cfg.max_steps,
+                           success_distance=cfg.success_distance, seed=cfg.seed)
     return MujocoNavEnv(env_cfg, episodes, gts)
 
 
