@@ -32,7 +32,7 @@ test-slow: setup
 	bash -c '$(ROSENV) exec $(BIN)/python -m pytest -q -m slow'
 
 bench: setup
-	bash -c '$(ROSENV) for b in sim_fps sim_conditions ros_loop quant_quality quant_speed fed_plora fedpte vlm2vla vlm_spatial_probe vln_first_action lifelong_vln; do $(BIN)/python benchmarks/$$b.py --quick || exit 1; done'
+	bash -c '$(ROSENV) for b in sim_fps sim_conditions ros_loop quant_quality quant_speed fed_plora fedpte vlm2vla vlm2vla_frontier vlm_spatial_probe vln_first_action lifelong_vln; do $(BIN)/python benchmarks/$$b.py --quick || exit 1; done'
 
 lint: setup
 	$(BIN)/ruff check .

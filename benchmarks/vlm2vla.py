@@ -88,8 +88,9 @@ def pretrain_vqa(out: Path, corpus: list[str], train: list[Any], m: dict[str, An
 
 
 def finetune(method: str, pretrained: Path, lang: list[Any], m: dict[str, Any], out: Path, seed: int,
-             progress: bool) -> tuple[Any, Any, dict[str, Any]]:
-    """LoRA fine-tune of a copy of the pre-trained model with one action codec."""
+             progress: bool, callback_for: Any = None) -> tuple[Any, Any, dict[str, Any]]:
+    """LoRA fine-tune of a copy of the pre-trained model with one action codec. ``callback_for(bundle, codec)``
+    may return a training-loop callback (``train_loop``'s ``callback``), e.g. a frontier probe."""
     import torch
 
     from agents.vla import make_codec
@@ -106,7 +107,8 @@ def finetune(method: str, pretrained: Path, lang: list[Any], m: dict[str, Any], 
     s = LoopSettings(out_dir=str(out / f"ft_{METHODS[method]}"), lr=m["ft_lr"], batch_size=m["batch"], grad_accum=1,
                      max_steps=m["ft_steps"], schedule=m["ft_schedule"], warmup_steps=m["ft_warmup"],
                      save_every=10**9, seed=seed, device="cpu", num_threads=1)
-    res = fit(bundle, samples, s, progress=progress)
+    res = fit(bundle, samples, s, progress=progress,
+              callback=None if callback_for is None else callback_for(bundle, codec))
     log.info("%s: %d samples, loss %.3f -> %.3f in %.0f s", method, len(samples), res["first_loss"],
              res["last_loss"], res["seconds"])
     return bundle, codec, {"samples": len(samples), "first_loss": res["first_loss"], "last_loss": res["last_loss"],

@@ -62,7 +62,7 @@ def add_lora(bundle: Any, r: int = 16, alpha: float = 32.0, dropout: float = 0.0
 
 
 def fit(bundle: Any, samples: list[Any], settings: LoopSettings, resume: bool = False, progress: bool = True,
-        save_final: Any = None, max_length: int | None = None) -> dict[str, Any]:
+        save_final: Any = None, max_length: int | None = None, callback: Any = None) -> dict[str, Any]:
     """Train ``bundle.model``'s trainable parameters on ``samples`` (:class:`~training.vla.samples.Sample`);
     the examples are tokenised once. ``bundle.model`` is the trained (unwrapped) model afterwards."""
     from agents.vlm import collate, training_example
@@ -72,7 +72,7 @@ def fit(bundle: Any, samples: list[Any], settings: LoopSettings, resume: bool = 
     if max_length is not None and longest > max_length:
         raise ValueError(f"a sample has {longest} tokens > max_length {max_length}; raise max_length")
     res = train_loop(bundle.model, list(range(len(samples))), lambda idx: collate(bundle, [examples[i] for i in idx]),
-                     settings, resume=resume, progress=progress, save_final=save_final)
+                     settings, resume=resume, progress=progress, save_final=save_final, callback=callback)
     bundle.model = res.pop("model")
     bundle.model.eval()
     return res

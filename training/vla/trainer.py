@@ -141,9 +141,11 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> i
 
 
 def train_loop(model: Any, samples: Sequence[Any], collate: Any, s: LoopSettings, resume: bool = False,
-               progress: bool = True, save_final: Any = None) -> dict[str, Any]:
+               progress: bool = True, save_final: Any = None, callback: Any = None) -> dict[str, Any]:
     """Optimise ``model``'s trainable parameters on ``samples`` (any items); ``collate(items) -> dict of
-    tensors`` (with ``labels``). ``save_final(unwrapped_model, out_dir, step)`` runs on the main process at the end.
+    tensors`` (with ``labels``). ``save_final(unwrapped_model, out_dir, step)`` runs on the main process at the end;
+    ``callback(unwrapped_model, step)`` on the main process after every optimiser step (e.g. periodic evaluation;
+    it must leave the model's train/eval mode as it found it).
     Returns ``{"steps", "losses", "first_loss", "last_loss", "seconds", "resumed_from"}``."""
     import torch
     from torch.utils.tensorboard import SummaryWriter
@@ -205,6 +207,10 @@ def train_loop(model: Any, samples: Sequence[Any], collate: Any, s: LoopSettings
         losses.append(mean_loss)
         bar.update(1)
         bar.set_postfix(loss=f"{mean_loss:.4f}")
+        if callback is not None:
+            if acc.is_main_process:
+                callback(acc.unwrap_model(model), step)
+            acc.wait_for_everyone()
         if writer is not None and (step % s.log_every == 0 or step == total):
             writer.add_scalar("train/loss", mean_loss, step)
             writer.add_scalar("train/lr", sched.get_last_lr()[0], step)

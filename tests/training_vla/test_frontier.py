@@ -1,0 +1,84 @@
+"""The forgetting-frontier probe: the open-loop action score against known chunks, and a probe inside the training
+loop that measures at the right steps without changing what is trained."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from agents.vla import make_codec
+from agents.vlm import load_vlm
+from tests.training_vla.conftest import lift_like_episode
+from training.vla.frontier import FrontierProbe, action_error, score_chunk
+from training.vla.relabel import ScriptedRelabeller
+from training.vla.samples import build_samples
+from training.vla.train import add_lora, fit
+from training.vla.trainer import LoopSettings
+from training.vla.vqa_scenes import VQAItem
+
+CHUNK = np.array([[1.0, 2.0, -0.5, 1.0], [0.5, 0.0, 0.0, 0.0]])
+
+
+def test_score_of_text_chunks() -> None:
+    codec = make_codec("language")
+    target = codec.encode(CHUNK)
+    assert score_chunk(codec, target, target, ()) == (0.0, pytest.approx(np.linalg.norm([1.5, 2.0, -0.5])), False,
+                                                      True)
+    moved = CHUNK.copy()
+    moved[0, 0] += 1.0  # one more cm along x, gripper still closing at the end
+    err, norm, bad, grip = score_chunk(codec, target, codec.encode(moved), ())
+    assert err == pytest.approx(1.0) and not bad and grip
+    opened = CHUNK.copy()
+    opened[-1, 3] = 1.0
+    assert score_chunk(codec, target, codec.encode(opened), ())[3] is False
+    err, norm, bad, grip = score_chunk(codec, target, "[[1.0, oops", ())
+    assert bad and not grip and err == pytest.approx(norm)  # malformed = no motion
+
+
+def test_score_of_token_chunks(bundle) -> None:
+    codec = make_codec("binned", bundle.tokenizer)
+    ids = tuple(codec.encode(CHUNK[:1]))
+    err, norm, bad, grip = score_chunk(codec, ids, "", ids)
+    assert err == 0.0 and norm > 2.0 and not bad and grip
+    err, _, bad, _ = score_chunk(codec, ids, "", ids[:3])  # an element needs 4 tokens
+    assert bad and err == pytest.approx(norm)
+
+
+def _vqa(n: int = 4) -> list[VQAItem]:
+    rng = np.random.default_rng(0)
+    return [VQAItem(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), "what colour is the table?",
+                    "red", "table", i) for i in range(n)]
+
+
+def test_probe_measures_along_the_fine_tune_without_changing_it(tiny_base, tmp_path) -> None:
+    lang = ScriptedRelabeller().relabel_all([lift_like_episode(0), lift_like_episode(1)])
+
+    def run(with_probe: bool):
+        torch.manual_seed(0)
+        b = add_lora(load_vlm(tiny_base), r=16, alpha=32)
+        codec = make_codec("language", b.tokenizer)
+        samples = build_samples(lang, codec, aux=False)
+        probe = FrontierProbe(b, codec, _vqa(), samples, every=2, max_new_tokens=24) if with_probe else None
+        if probe is not None:
+            probe.measure(b.model, 0)
+        s = LoopSettings(out_dir=str(tmp_path / f"p{int(with_probe)}"), lr=3e-3, batch_size=4, grad_accum=1,
+                         max_steps=4, save_every=100, device="cpu", num_threads=1)
+        res = fit(b, samples, s, progress=False, callback=probe)
+        return res["losses"], probe, b, codec, samples
+
+    plain, _, _, _, _ = run(False)
+    losses, probe, b, codec, samples = run(True)
+    assert losses == plain  # measuring (greedy generation, eval mode and back) changes nothing in training
+    assert [p["step"] for p in probe.points] == [0, 2, 4]
+    n_actions = sum(s.kind == "action" for s in samples)
+    for p in probe.points:
+        assert 0.0 <= p["vqa"] <= 1.0 and 0.0 <= p["malformed"] <= 1.0 and p["n"] == n_actions
+        assert p["rel_err"] >= 0.0 and np.isfinite(p["disp_err_cm"])
+    # the last point is the trained model's own score
+    again = action_error(b, codec, samples, max_new_tokens=24)
+    assert again["disp_err_cm"] == pytest.approx(probe.points[-1]["disp_err_cm"])
+    with pytest.raises(ValueError, match="every"):
+        FrontierProbe(b, codec, _vqa(), samples, every=0)
+    with pytest.raises(ValueError, match="action"):
+        action_error(b, codec, [s for s in samples if s.kind != "action"])
