@@ -53,7 +53,8 @@ def action_error(bundle: Any, codec: Any, samples: Sequence[Sample], max_new_tok
     Per sample the error is the distance (cm) between the predicted and the demonstrated chunk's net displacement
     (sum of the xyz deltas); a malformed generation counts as no motion (the executor would not move). Returns
     ``{"disp_err_cm": mean error, "rel_err": total error / total demonstrated displacement, "malformed": rate,
-    "gripper_acc": the chunk's final gripper state right (malformed: wrong), "n"}``.
+    "gripper_acc": the chunk's final gripper state right (malformed: wrong), "n", "example": the first generation's
+    text}``.
     """
     from agents.vlm import GenerationSettings, generate
 
@@ -63,18 +64,19 @@ def action_error(bundle: Any, codec: Any, samples: Sequence[Sample], max_new_tok
     was_training = bundle.model.training
     bundle.model.eval()
     settings = GenerationSettings(max_new_tokens=max_new_tokens)
-    scores = []
+    scores, example = [], ""
     try:
         for i in range(0, len(acts), batch_size):
             chunk = acts[i:i + batch_size]
             gens = generate(bundle, [s.image for s in chunk], [s.prompt for s in chunk], settings)
             scores += [score_chunk(codec, s.target, g.text, g.token_ids) for g, s in zip(gens, chunk, strict=True)]
+            example = example or gens[0].text[:120]
     finally:
         if was_training:
             bundle.model.train()
     errs, norms, bad, grip = (np.array([sc[k] for sc in scores], dtype=float) for k in range(4))
     return {"disp_err_cm": float(errs.mean()), "rel_err": float(errs.sum() / max(norms.sum(), 1e-9)),
-            "malformed": float(bad.mean()), "gripper_acc": float(grip.mean()), "n": len(acts)}
+            "malformed": float(bad.mean()), "gripper_acc": float(grip.mean()), "n": len(acts), "example": example}
 
 
 @dataclass
