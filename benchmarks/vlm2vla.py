@@ -146,8 +146,11 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     m = MODES[mode]
     t0 = time.perf_counter()
     vqa_file = cache / f"vqa2_{m['image']}px_{m['scenes']}scenes_seed{seed}.npz"
-    items = load_vqa(vqa_file) if vqa_file.is_file() else generate_vqa(m["scenes"], m["image"], seed, progress)
-    save_vqa(items, vqa_file)
+    if vqa_file.is_file():
+        items = load_vqa(vqa_file)
+    else:
+        items = generate_vqa(m["scenes"], m["image"], seed, progress)
+        save_vqa(items, vqa_file)
     train, test = split_vqa(items, 0.25)
     demos = record_robosuite("lift", m["demos"], m["image"], seed=seed, cache_dir=cache, progress=progress)
     lang = ScriptedRelabeller().relabel_all(demos)

@@ -46,8 +46,11 @@ def run(mode: str, out: Path, cache: Path, seed: int, every: int, held_out: int,
     m = base_bench.MODES[mode]
     t0 = time.perf_counter()
     vqa_file = cache / f"vqa2_{m['image']}px_{m['scenes']}scenes_seed{seed}.npz"
-    items = load_vqa(vqa_file) if vqa_file.is_file() else generate_vqa(m["scenes"], m["image"], seed, progress)
-    save_vqa(items, vqa_file)
+    if vqa_file.is_file():
+        items = load_vqa(vqa_file)
+    else:
+        items = generate_vqa(m["scenes"], m["image"], seed, progress)
+        save_vqa(items, vqa_file)
     train, test = split_vqa(items, 0.25)
     probe_vqa = test[:vqa_limit] if vqa_limit else test
     relabel = ScriptedRelabeller()
@@ -106,12 +109,14 @@ def report(res: dict[str, Any], docs: Path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    meths = res["methods"]
+    meths, st = res["methods"], res["settings"]
     lines = [f"# VLM2VLA forgetting frontier (benchmarks/vlm2vla_frontier.py, {res['mode']} mode, seed {res['seed']})",
              "",
              f"Pre-trained VQA accuracy {res['vqa_pretrained']:.3f} on {res['vqa_questions']} held-out questions; "
-             f"action error on {res['held_out_demos']} held-out Lift demonstrations; a probe every {res['every']} "
-             f"fine-tuning steps; {res['seconds'] / 60:.1f} min.", "",
+             f"action error on {res['held_out_demos']} held-out Lift demonstrations; LoRA r 16 / alpha 32, "
+             f"{st['ft_steps']} steps of batch {st['batch']} at lr {st['ft_lr']:g} "
+             f"({st['ft_schedule']}); a probe every {res['every']} steps; {res['seconds'] / 60:.1f} min.",
+             "",
              "| method | step | VQA retained | action error (rel.) | error (cm) | malformed | gripper right |",
              "|---|---|---|---|---|---|---|"]
     for name, r in meths.items():
@@ -149,6 +154,18 @@ def report(res: dict[str, Any], docs: Path) -> str:
     return md
 
 
+def merge(paths: list[str]) -> dict[str, Any]:
+    """Combine runs that fine-tuned different methods from the same pre-trained model (e.g. parallel processes)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    first = runs[0]
+    for r in runs[1:]:
+        for key in ("pretrained", "seed", "every", "held_out_demos", "vqa_questions", "settings"):
+            if r[key] != first[key]:
+                raise ValueError(f"runs to merge must share {key}: {first[key]!r} against {r[key]!r}")
+    return {**first, "methods": {m: v for r in runs for m, v in r["methods"].items()},
+            "seconds": max(r["seconds"] for r in runs), "merged_from": list(paths)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny settings, flow check (< 1 minute)")
@@ -164,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="run directory (default: runs/bench_vlm2vla_frontier/<mode>)")
     p.add_argument("--docs", default=None, help="where the report goes (default: docs/ in full mode, the run dir "
                                                 "in quick mode)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="combine vlm2vla_frontier.json files of runs of different methods into one report")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(asctime)s %(message)s")
@@ -177,9 +196,10 @@ def main(argv: list[str] | None = None) -> int:
             base_bench.MODES[mode][key] = val
     out = Path(a.out) if a.out else ROOT / "runs" / "bench_vlm2vla_frontier" / mode
     out.mkdir(parents=True, exist_ok=True)
-    res = run(mode, out, ROOT / a.cache, a.seed, a.every or EVERY[mode],
+    res = merge(a.merge) if a.merge else run(mode, out, ROOT / a.cache, a.seed, a.every or EVERY[mode],
               a.held_out or HELD_OUT[mode], Path(a.pretrained) if a.pretrained else None, methods, a.vqa_limit,
               progress=not a.quick)
+    mode = res["mode"]
     docs = Path(a.docs) if a.docs else (ROOT / "docs" if mode == "full" else Path(tempfile.mkdtemp(prefix="vf_")))
     print(report(res, docs))
     summary = {"benchmark": "vlm2vla_frontier", "mode": mode, "seconds": round(res["seconds"], 1),

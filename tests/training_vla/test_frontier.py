@@ -82,3 +82,48 @@ def test_probe_measures_along_the_fine_tune_without_changing_it(tiny_base, tmp_p
         FrontierProbe(b, codec, _vqa(), samples, every=0)
     with pytest.raises(ValueError, match="action"):
         action_error(b, codec, [s for s in samples if s.kind != "action"])
+
+
+def _bench():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import vlm2vla_frontier
+
+    return vlm2vla_frontier
+
+
+def _points(errs, rets):
+    return [{"step": 100 * i, "rel_err": e, "retention": r, "vqa": r / 2, "disp_err_cm": e, "malformed": 0.0,
+             "gripper_acc": 1.0} for i, (e, r) in enumerate(zip(errs, rets, strict=True))]
+
+
+def test_retention_at_matched_action_error() -> None:
+    bench = _bench()
+    pts = _points([1.0, 0.6, 0.2], [1.0, 0.5, 0.3])
+    assert bench.retention_at(pts, 0.4) == pytest.approx(0.4)  # halfway between the probes at 0.6 and 0.2
+    assert bench.retention_at(pts, 1.0) == 1.0 and bench.retention_at(pts, 0.1) is None
+
+
+def test_frontier_runs_merge_into_one_report(tmp_path) -> None:
+    import json
+
+    bench = _bench()
+    run = {"mode": "full", "seed": 0, "pretrained": "p", "vqa_pretrained": 0.6, "vqa_questions": 600,
+           "held_out_demos": 16, "every": 100, "settings": {"ft_steps": 200, "batch": 16, "ft_lr": 1e-3,
+                                                             "ft_schedule": "cosine"}}
+    paths = []
+    for i, (name, pts) in enumerate((("VLM2VLA", _points([1.0, 0.3], [1.0, 0.8])),
+                                     ("VLM2VLA-AT", _points([1.0, 0.5], [1.0, 0.4])))):
+        paths.append(str(tmp_path / f"r{i}.json"))
+        (tmp_path / f"r{i}.json").write_text(json.dumps({**run, "methods": {name: {"points": pts}}, "seconds": 60.0}))
+    res = bench.merge(paths)
+    assert set(res["methods"]) == {"VLM2VLA", "VLM2VLA-AT"}
+    md = bench.report(res, tmp_path / "docs")
+    # both reach 0.5: VLM2VLA keeps 1.0 + (0.5/0.7)(0.8 - 1.0) there, AT its 40 %
+    assert "| VLM2VLA | 86 % |" in md and "| VLM2VLA-AT | 40 % |" in md
+    assert (tmp_path / "docs" / "vlm2vla_frontier.png").is_file()
+    (tmp_path / "r1.json").write_text(json.dumps({**run, "every": 50, "methods": {}, "seconds": 1.0}))
+    with pytest.raises(ValueError, match="every"):
+        bench.merge(paths)
