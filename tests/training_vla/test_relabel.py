@@ -127,6 +127,8 @@ def test_scene_vqa_generation_and_accuracy(bundle, tmp_path):
     back = load_vqa(save_vqa(items, tmp_path / "v.npz"))
     assert [(b.question, b.answer) for b in back] == [(it.question, it.answer) for it in items]
     assert np.array_equal(back[5].image, items[5].image)
+    assert [p.name for p in tmp_path.iterdir()] == ["v.npz"]  # written through a temporary file, none left
     res = vqa_accuracy(bundle, test)
     assert res["n"] == 4 and 0.0 <= res["accuracy"] <= 1.0 and set(res["by_kind"]) == {it.kind for it in test}
+    assert res["accuracy"] <= res["in_vocabulary"] <= 1.0  # a right answer is an answer word
     assert 0.0 <= majority_baseline(train, test) <= 1.0

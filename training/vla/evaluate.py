@@ -22,7 +22,8 @@ def _first_word(text: str) -> str:
 
 def vqa_accuracy(bundle: Any, items: list[VQAItem], batch_size: int = 32, progress: bool = False) -> dict[str, Any]:
     """Greedy answers to ``items``; accuracy = first answer word equals the ground truth. Returns ``{"accuracy",
-    "by_kind": {kind: accuracy}, "n"}``."""
+    "by_kind": {kind: accuracy}, "n", "in_vocabulary"}``; ``in_vocabulary`` is the fraction of answers whose first
+    word is one of the items' answers at all (a model can lose the answer format, not only the facts)."""
     from agents.vlm import GenerationSettings, generate
 
     if not items:
@@ -31,16 +32,19 @@ def vqa_accuracy(bundle: Any, items: list[VQAItem], batch_size: int = 32, progre
     bundle.model.eval()
     settings = GenerationSettings(max_new_tokens=4)
     correct: list[bool] = []
+    answers, valid = {it.answer for it in items}, []
     for i in tqdm(range(0, len(items), batch_size), desc="vqa eval", disable=not progress, leave=False):
         chunk = items[i:i + batch_size]
         gens = generate(bundle, [it.image for it in chunk], [it.question for it in chunk], settings)
-        correct += [_first_word(g.text) == it.answer for g, it in zip(gens, chunk, strict=True)]
+        words = [_first_word(g.text) for g in gens]
+        correct += [w == it.answer for w, it in zip(words, chunk, strict=True)]
+        valid += [w in answers for w in words]
     if was_training:
         bundle.model.train()
     by_kind: dict[str, list[bool]] = {}
     for ok, it in zip(correct, items, strict=True):
         by_kind.setdefault(it.kind, []).append(ok)
-    return {"accuracy": float(np.mean(correct)), "n": len(items),
+    return {"accuracy": float(np.mean(correct)), "n": len(items), "in_vocabulary": float(np.mean(valid)),
             "by_kind": {k: float(np.mean(v)) for k, v in sorted(by_kind.items())}}
 
 

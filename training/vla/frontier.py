@@ -110,7 +110,8 @@ class FrontierProbe:
             act = action_error(self.bundle, self.codec, self.action_samples, self.max_new_tokens)
         finally:
             self.bundle.model = held
-        point = {"step": step, "vqa": vqa["accuracy"], **act, "seconds": time.perf_counter() - t0}
+        point = {"step": step, "vqa": vqa["accuracy"], "vqa_in_vocabulary": vqa["in_vocabulary"],
+                 "vqa_by_kind": vqa["by_kind"], **act, "seconds": time.perf_counter() - t0}
         self.points.append(point)
         log.info("step %d: VQA %.3f, action error %.2f cm (rel %.2f), malformed %.2f", step, point["vqa"],
                  point["disp_err_cm"], point["rel_err"], point["malformed"])
