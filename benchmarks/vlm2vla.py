@@ -140,17 +140,12 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     from training.vla.evaluate import majority_baseline, rollout, vqa_accuracy
     from training.vla.relabel import ScriptedRelabeller
     from training.vla.samples import sample_corpus
-    from training.vla.vqa_scenes import ANSWER_WORDS, generate_vqa, load_vqa, save_vqa, split_vqa
+    from training.vla.vqa_scenes import ANSWER_WORDS, cached_vqa, split_vqa
 
     torch.set_num_threads(1)
     m = MODES[mode]
     t0 = time.perf_counter()
-    vqa_file = cache / f"vqa2_{m['image']}px_{m['scenes']}scenes_seed{seed}.npz"
-    if vqa_file.is_file():
-        items = load_vqa(vqa_file)
-    else:
-        items = generate_vqa(m["scenes"], m["image"], seed, progress)
-        save_vqa(items, vqa_file)
+    items = cached_vqa(cache, m["scenes"], m["image"], seed, progress)
     train, test = split_vqa(items, 0.25)
     demos = record_robosuite("lift", m["demos"], m["image"], seed=seed, cache_dir=cache, progress=progress)
     lang = ScriptedRelabeller().relabel_all(demos)

@@ -42,16 +42,11 @@ def run(mode: str, out: Path, cache: Path, seed: int, every: int, held_out: int,
     from training.vla.frontier import FrontierProbe
     from training.vla.relabel import ScriptedRelabeller
     from training.vla.samples import sample_corpus
-    from training.vla.vqa_scenes import ANSWER_WORDS, generate_vqa, load_vqa, save_vqa, split_vqa
+    from training.vla.vqa_scenes import ANSWER_WORDS, cached_vqa, split_vqa
 
     m = base_bench.MODES[mode]
     t0 = time.perf_counter()
-    vqa_file = cache / f"vqa2_{m['image']}px_{m['scenes']}scenes_seed{seed}.npz"
-    if vqa_file.is_file():
-        items = load_vqa(vqa_file)
-    else:
-        items = generate_vqa(m["scenes"], m["image"], seed, progress)
-        save_vqa(items, vqa_file)
+    items = cached_vqa(cache, m["scenes"], m["image"], seed, progress)
     train, test = split_vqa(items, 0.25)
     probe_vqa = test[:vqa_limit] if vqa_limit else test
     relabel = ScriptedRelabeller()

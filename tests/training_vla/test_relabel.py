@@ -111,7 +111,7 @@ def test_sample_validation():
 def test_scene_vqa_generation_and_accuracy(bundle, tmp_path):
     pytest.importorskip("robosuite")
     from training.vla.evaluate import majority_baseline, vqa_accuracy
-    from training.vla.vqa_scenes import ANSWER_WORDS, generate_vqa, load_vqa, save_vqa, split_vqa
+    from training.vla.vqa_scenes import ANSWER_WORDS, cached_vqa, generate_vqa, load_vqa, save_vqa, split_vqa
 
     items = generate_vqa(4, image_size=32, seed=1, progress=False)
     assert len(items) == 16 and {it.kind for it in items} >= {"count", "table", "exists"}
@@ -128,6 +128,12 @@ def test_scene_vqa_generation_and_accuracy(bundle, tmp_path):
     assert [(b.question, b.answer) for b in back] == [(it.question, it.answer) for it in items]
     assert np.array_equal(back[5].image, items[5].image)
     assert [p.name for p in tmp_path.iterdir()] == ["v.npz"]  # written through a temporary file, none left
+    first = cached_vqa(tmp_path / "c", 4, image_size=32, seed=1, progress=False)  # generated, then saved
+    assert [(a.question, a.answer) for a in first] == [(it.question, it.answer) for it in items]
+    (saved,) = (tmp_path / "c").iterdir()
+    stamp = saved.stat().st_mtime_ns
+    again = cached_vqa(tmp_path / "c", 4, image_size=32, seed=1, progress=False)  # read, not rewritten
+    assert saved.stat().st_mtime_ns == stamp and np.array_equal(again[5].image, items[5].image)
     res = vqa_accuracy(bundle, test)
     assert res["n"] == 4 and 0.0 <= res["accuracy"] <= 1.0 and set(res["by_kind"]) == {it.kind for it in test}
     assert res["accuracy"] <= res["in_vocabulary"] <= 1.0  # a right answer is an answer word

@@ -171,3 +171,15 @@ def load_vqa(path: str | Path) -> list[VQAItem]:
         img = {int(s): z["images"][i] for i, s in enumerate(z["scene_ids"])}
         return [VQAItem(img[int(s)], str(q), str(a), str(k), int(s))
                 for s, q, a, k in zip(z["scene"], z["question"], z["answer"], z["kind"])]
+
+
+def cached_vqa(cache_dir: str | Path, n_scenes: int, image_size: int = 64, seed: int = 0,
+               progress: bool = True) -> list[VQAItem]:
+    """:func:`generate_vqa`, read from ``cache_dir`` when an earlier call saved the same set (written only when
+    generated, atomically, so parallel processes can share the cache)."""
+    path = Path(cache_dir) / f"vqa2_{image_size}px_{n_scenes}scenes_seed{seed}.npz"
+    if path.is_file():
+        return load_vqa(path)
+    items = generate_vqa(n_scenes, image_size, seed, progress)
+    save_vqa(items, path)
+    return items
