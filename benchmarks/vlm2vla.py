@@ -57,6 +57,31 @@ def _stage(name: str, t0: float) -> None:
     log.info("%s done (%.1f s elapsed)", name, time.perf_counter() - t0)
 
 
+def vqa_sets(cache: Path, m: dict[str, Any], seed: int, progress: bool) -> tuple[list[Any], list[Any], list[Any]]:
+    """``(items, train, test)`` of the generated VQA set; with ``m["spatial"]`` the spatial-prior questions are in
+    the items and the training split, never in the test split (retention is measured on the general kinds)."""
+    from training.vla.vqa_scenes import cached_vqa, general_only, split_vqa
+
+    items = cached_vqa(cache, m["scenes"], m["image"], seed, progress, spatial=bool(m.get("spatial")))
+    train, test = split_vqa(items, 0.25)
+    return items, train, general_only(test)
+
+
+def pretrain_corpus(lang: list[Any], items: list[Any], m: dict[str, Any]) -> list[str]:
+    """The tiny tokenizer's training corpus: the demonstrations' prompts and targets, every question and answer
+    word (and the grounding texts when that pre-training runs)."""
+    from training.vla.samples import sample_corpus
+    from training.vla.vqa_scenes import ANSWER_WORDS, SPATIAL_KINDS
+
+    corpus = (sample_corpus(lang) + sorted({it.question for it in items}) + list(ANSWER_WORDS)
+              + sorted({it.answer for it in items if it.kind in SPATIAL_KINDS}))
+    if m.get("grounding"):
+        from training.vlm import grounding_corpus
+
+        corpus += grounding_corpus()
+    return corpus
+
+
 def pretrain_vqa(out: Path, corpus: list[str], train: list[Any], m: dict[str, Any], seed: int, progress: bool) -> Path:
     """Build the tiny base and train all its weights on the VQA training split; returns the checkpoint dir."""
     from agents.vlm import build_tiny_vlm, load_vlm
@@ -139,25 +164,17 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     from training.vla.data.robosuite_source import record_robosuite
     from training.vla.evaluate import majority_baseline, rollout, vqa_accuracy
     from training.vla.relabel import ScriptedRelabeller
-    from training.vla.samples import sample_corpus
-    from training.vla.vqa_scenes import ANSWER_WORDS, cached_vqa, split_vqa
 
     torch.set_num_threads(1)
     m = MODES[mode]
     t0 = time.perf_counter()
-    items = cached_vqa(cache, m["scenes"], m["image"], seed, progress)
-    train, test = split_vqa(items, 0.25)
+    items, train, test = vqa_sets(cache, m, seed, progress)
     demos = record_robosuite("lift", m["demos"], m["image"], seed=seed, cache_dir=cache, progress=progress)
     lang = ScriptedRelabeller().relabel_all(demos)
     _stage("data", t0)
-    corpus = sample_corpus(lang) + sorted({it.question for it in items}) + list(ANSWER_WORDS)
-    if m.get("grounding"):
-        from training.vlm import grounding_corpus
-
-        corpus += grounding_corpus()
     pretrained = out / "pretrained"
     if not (reuse and (pretrained / "config.json").is_file()):
-        pretrained = pretrain_vqa(out, corpus, train, m, seed, progress)
+        pretrained = pretrain_vqa(out, pretrain_corpus(lang, items, m), train, m, seed, progress)
     from agents.vlm import load_vlm
 
     pre = vqa_accuracy(load_vlm(pretrained), test)
@@ -292,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="LoRA learning-rate schedule (default: the mode's)")
     p.add_argument("--grounding", action="store_true",
                    help="grounding pre-training (training.vlm.grounding) before the VQA pre-training")
+    p.add_argument("--spatial-prior", action="store_true",
+                   help="pre-train on the spatial questions too (answers in the action language's numbers and "
+                        "direction words: training.vla.vqa_scenes.SPATIAL_KINDS)")
+    p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
     p.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {', '.join(METHODS)} ('' for the blind reference only; "
                         "default: all)")
@@ -303,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     out = Path(args.out) / mode
     for key, val in (("ft_steps", args.ft_steps), ("ft_lr", args.ft_lr), ("ft_schedule", args.ft_schedule),
-                     ("grounding", args.grounding or None)):
+                     ("grounding", args.grounding or None), ("spatial", args.spatial_prior or None),
+                     ("pre_steps", args.pre_steps)):
         if val is not None:
             MODES[mode][key] = val
     methods = None if args.methods is None else [x.strip() for x in args.methods.split(",") if x.strip()]

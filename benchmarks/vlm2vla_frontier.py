@@ -39,13 +39,10 @@ def run(mode: str, out: Path, cache: Path, seed: int, every: int, held_out: int,
     from training.vla.data.robosuite_source import record_robosuite
     from training.vla.frontier import FrontierProbe
     from training.vla.relabel import ScriptedRelabeller
-    from training.vla.samples import sample_corpus
-    from training.vla.vqa_scenes import ANSWER_WORDS, cached_vqa, split_vqa
 
     m = base_bench.MODES[mode]
     t0 = time.perf_counter()
-    items = cached_vqa(cache, m["scenes"], m["image"], seed, progress)
-    train, test = split_vqa(items, 0.25)
+    items, train, test = base_bench.vqa_sets(cache, m, seed, progress)
     probe_vqa = test[:vqa_limit] if vqa_limit else test
     relabel = ScriptedRelabeller()
     lang = relabel.relabel_all(record_robosuite("lift", m["demos"], m["image"], seed=seed, cache_dir=cache,
@@ -53,9 +50,12 @@ def run(mode: str, out: Path, cache: Path, seed: int, every: int, held_out: int,
     held = relabel.relabel_all(record_robosuite("lift", held_out, m["image"], seed=HELD_OUT_SEED + seed,
                                                 cache_dir=cache, progress=progress))
     if pretrained is None:
-        corpus = sample_corpus(lang) + sorted({it.question for it in items}) + list(ANSWER_WORDS)
-        pretrained = base_bench.pretrain_vqa(out, corpus, train, m, seed, progress)
+        pretrained = base_bench.pretrain_vqa(out, base_bench.pretrain_corpus(lang, items, m), train, m, seed,
+                                             progress)
+    from agents.vlm import base_fingerprint, load_vlm
+
     res: dict[str, Any] = {"mode": mode, "seed": seed, "pretrained": str(pretrained),
+                           "pretrained_fingerprint": base_fingerprint(load_vlm(pretrained).model),
                            "vqa_questions": len(probe_vqa), "held_out_demos": len(held), "every": every,
                            "settings": {k: v for k, v in m.items() if k != "model"}, "methods": {}}
     for method in methods:
@@ -107,7 +107,8 @@ def report(res: dict[str, Any], docs: Path) -> str:
     meths, st = res["methods"], res["settings"]
     lines = [f"# VLM2VLA forgetting frontier (benchmarks/vlm2vla_frontier.py, {res['mode']} mode, seed {res['seed']})",
              "",
-             f"Pre-trained VQA accuracy {res['vqa_pretrained']:.3f} on {res['vqa_questions']} held-out questions; "
+             f"Pre-trained VQA accuracy {res['vqa_pretrained']:.3f} on {res['vqa_questions']} held-out questions"
+             f"{' (pre-trained with the spatial-prior questions too)' if st.get('spatial') else ''}; "
              f"action error on {res['held_out_demos']} held-out Lift demonstrations; LoRA r 16 / alpha 32, "
              f"{st['ft_steps']} steps of batch {st['batch']} at lr {st['ft_lr']:g} "
              f"({st['ft_schedule']}); a probe every {res['every']} steps; {res['seconds'] / 60:.1f} min.",
@@ -153,11 +154,13 @@ def report(res: dict[str, Any], docs: Path) -> str:
 
 
 def merge(paths: list[str]) -> dict[str, Any]:
-    """Combine runs that fine-tuned different methods from the same pre-trained model (e.g. parallel processes)."""
+    """Combine runs that fine-tuned different methods from the same pre-trained model (e.g. parallel processes,
+    each pre-training its own deterministic copy: the same model is the same fingerprint, else the same path)."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
     first = runs[0]
+    same = "pretrained_fingerprint" if all("pretrained_fingerprint" in r for r in runs) else "pretrained"
     for r in runs[1:]:
-        for key in ("pretrained", "seed", "every", "held_out_demos", "vqa_questions", "settings"):
+        for key in (same, "seed", "every", "held_out_demos", "vqa_questions", "settings"):
             if r[key] != first[key]:
                 raise ValueError(f"runs to merge must share {key}: {first[key]!r} against {r[key]!r}")
     return {**first, "methods": {m: v for r in runs for m, v in r["methods"].items()},
@@ -175,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vqa-limit", type=int, default=0, help="probe on the first N held-out questions (0: all)")
     p.add_argument("--ft-lr", type=float, default=None, help="fine-tuning learning rate (default: the mode's)")
     p.add_argument("--ft-steps", type=int, default=None, help="fine-tuning steps (default: the mode's)")
+    p.add_argument("--spatial-prior", action="store_true",
+                   help="pre-train on the spatial questions too (vlm2vla.py's --spatial-prior); with --pretrained, "
+                        "give it when that model was pre-trained so")
+    p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
     p.add_argument("--cache", default="runs/vla_cache", help="demonstration / VQA cache (vlm2vla.py's default)")
     p.add_argument("--out", default=None, help="run directory (default: runs/bench_vlm2vla_frontier/<mode>)")
     p.add_argument("--docs", default=None, help="where the report goes (default: docs/ in full mode, the run dir "
@@ -189,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in methods if x not in base_bench.METHODS]
     if not methods or bad:
         p.error(f"--methods: names of {list(base_bench.METHODS)}, got {a.methods!r}")
-    for key, val in (("ft_lr", a.ft_lr), ("ft_steps", a.ft_steps)):
+    for key, val in (("ft_lr", a.ft_lr), ("ft_steps", a.ft_steps), ("spatial", a.spatial_prior or None),
+                     ("pre_steps", a.pre_steps)):
         if val is not None:
             base_bench.MODES[mode][key] = val
     out = Path(a.out) if a.out else ROOT / "runs" / "bench_vlm2vla_frontier" / mode

@@ -59,7 +59,8 @@ DEFAULT_LIMITS = ChunkLimits()
 
 
 # ------------------------------------------------------------------------------------------------ chunk level
-def _fmt(v: float) -> str:
+def format_cm(v: float) -> str:
+    """One number of the action language: one decimal, never ``-0.0``."""
     s = f"{v:.1f}"
     return "0.0" if s == "-0.0" else s
 
@@ -71,7 +72,7 @@ def format_chunk(chunk_cm: np.ndarray | Sequence[Sequence[float]]) -> str:
         raise ValueError(f"chunk must be K x 4 with K >= 1, got shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise ValueError("chunk must be finite")
-    parts = [f"[{_fmt(dx)}, {_fmt(dy)}, {_fmt(dz)}, {1 if g >= 0.5 else 0}]" for dx, dy, dz, g in arr]
+    parts = [f"[{format_cm(dx)}, {format_cm(dy)}, {format_cm(dz)}, {1 if g >= 0.5 else 0}]" for dx, dy, dz, g in arr]
     return "[" + ", ".join(parts) + "]"
 
 

@@ -127,3 +127,12 @@ def test_frontier_runs_merge_into_one_report(tmp_path) -> None:
     (tmp_path / "r1.json").write_text(json.dumps({**run, "every": 50, "methods": {}, "seconds": 1.0}))
     with pytest.raises(ValueError, match="every"):
         bench.merge(paths)
+    # runs that each pre-trained their own copy: the same weights (fingerprint) merge, whatever the path
+    for i, fp in enumerate(("abc", "abc")):
+        (tmp_path / f"r{i}.json").write_text(json.dumps({**run, "pretrained": f"p{i}", "pretrained_fingerprint": fp,
+                                                         "methods": {f"m{i}": {"points": []}}, "seconds": 1.0}))
+    assert set(bench.merge(paths)["methods"]) == {"m0", "m1"}
+    (tmp_path / "r1.json").write_text(json.dumps({**run, "pretrained": "p0", "pretrained_fingerprint": "abd",
+                                                  "methods": {}, "seconds": 1.0}))
+    with pytest.raises(ValueError, match="pretrained_fingerprint"):
+        bench.merge(paths)

@@ -138,3 +138,39 @@ def test_scene_vqa_generation_and_accuracy(bundle, tmp_path):
     assert res["n"] == 4 and 0.0 <= res["accuracy"] <= 1.0 and set(res["by_kind"]) == {it.kind for it in test}
     assert res["accuracy"] <= res["in_vocabulary"] <= 1.0  # a right answer is an answer word
     assert 0.0 <= majority_baseline(train, test) <= 1.0
+
+
+def test_spatial_prior_questions_speak_the_action_language(tmp_path):
+    """``spatial=True`` adds per visible cube its offset from the gripper in the chunk's numbers and its direction
+    as a motion phrase; the general questions are unchanged and ``general_only`` recovers them exactly."""
+    pytest.importorskip("robosuite")
+    from training.vla.vqa_scenes import (
+        SPATIAL_KINDS,
+        _spatial_questions,
+        cached_vqa,
+        general_only,
+        generate_vqa,
+        split_vqa,
+    )
+
+    col = {"cubeA": "red", "cubeB": "blue"}
+    pos = {"cubeA": np.array([0.10, -0.05, 0.83]), "cubeB": np.array([3.0, 3.0, -1.0])}  # cubeB out of view
+    qa = _spatial_questions(col, pos, ee=np.array([0.0, 0.0, 1.0]))
+    assert qa == [("where", "where is the red cube from the gripper in cm?", "[10.0, -5.0, -17.0]"),
+                  ("way", "which way is the red cube from the gripper?", "move forward and slightly right and down")]
+    plain = generate_vqa(3, image_size=32, seed=2, progress=False)
+    both = cached_vqa(tmp_path, 3, image_size=32, seed=2, progress=False, spatial=True)
+    assert [(a.question, a.answer, a.scene) for a in general_only(both)] == [
+        (a.question, a.answer, a.scene) for a in plain]
+    extra = [it for it in both if it.kind in SPATIAL_KINDS]
+    visible = sum(2 if it.answer == "two" else 1 for it in plain if it.kind == "count")
+    assert len(extra) == 2 * visible
+    for it in extra:
+        if it.kind == "where":
+            d = parse_chunk(f"[{it.answer[:-1]}, 1]]")  # the offset is a chunk element without its gripper
+            assert d.shape == (1, 4) and d[0, 2] < 0  # cubes lie below the gripper's reset pose
+        else:
+            assert check_motion(it.answer).startswith("move ")
+    assert [p.name for p in tmp_path.iterdir()] == ["vqa2s_32px_3scenes_seed2.npz"]  # its own cache file
+    _, test = split_vqa(both, 0.34)
+    assert {it.kind for it in general_only(test)}.isdisjoint(SPATIAL_KINDS)

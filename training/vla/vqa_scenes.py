@@ -12,6 +12,16 @@ alone (the other moved out of view). Each scene yields the questions that apply 
 * ``top``: "what colour is the top cube?" (stacked) -> a colour
 * ``table``: "what colour is the table?" -> white / black / brown / pink (the table top is recoloured too)
 
+With ``spatial=True`` every visible cube also gets two questions answered in the action language's own words and
+numbers, the kind of spatial grounding real VLMs are pre-trained on (Qwen2.5-VL answers boxes as number lists):
+
+* ``where``: "where is the red cube from the gripper in cm?" -> ``[dx, dy, dz]`` (robot base frame, one decimal)
+* ``way``: "which way is the red cube from the gripper?" -> a motion phrase (``move forward and slightly left``)
+
+They give a tiny model trained from scratch the prior a pre-trained VLM brings to VLM2VLA: digits, brackets and
+direction words are language it already speaks (:data:`SPATIAL_KINDS`; :func:`general_only` drops them, so the
+retention of the general VQA skill is measured on the same questions with or without them).
+
 The split is by scene: ``held_out`` of the scenes (and all their questions) are never trained on.
 """
 
@@ -36,6 +46,7 @@ TABLE_Z = 0.81
 HALF = {"cubeA": 0.02, "cubeB": 0.025}
 #: the words every answer is made of (also seeds the tiny tokenizer's corpus)
 ANSWER_WORDS = ("one", "two", *PALETTE, *TABLE_PALETTE, "yes", "no", "left", "right")
+SPATIAL_KINDS = ("where", "way")
 
 
 @dataclass(frozen=True)
@@ -90,8 +101,31 @@ def _scene_questions(rng: np.random.Generator, layout: str, col: dict[str, str],
     return qa
 
 
-def generate_vqa(n_scenes: int, image_size: int = 64, seed: int = 0, progress: bool = True) -> list[VQAItem]:
-    """Render ``n_scenes`` scenes and return their questions (4 per scene)."""
+def _spatial_questions(col: dict[str, str], pos: dict[str, np.ndarray], ee: np.ndarray) -> list[tuple[str, str, str]]:
+    """The :data:`SPATIAL_KINDS` questions of each visible cube (deterministic: the general questions' random draws
+    are the same with or without them)."""
+    from agents.vla.action_language import format_cm, motion_plan
+
+    qa = []
+    for c in ("cubeA", "cubeB"):
+        if pos[c][2] <= 0:
+            continue
+        d = (np.asarray(pos[c], dtype=np.float64) - ee) * 100.0
+        qa.append(("where", f"where is the {col[c]} cube from the gripper in cm?",
+                   "[" + ", ".join(format_cm(v) for v in d) + "]"))
+        qa.append(("way", f"which way is the {col[c]} cube from the gripper?", motion_plan(np.r_[d, 1.0])))
+    return qa
+
+
+def general_only(items: list[VQAItem]) -> list[VQAItem]:
+    """``items`` without the :data:`SPATIAL_KINDS` questions."""
+    return [it for it in items if it.kind not in SPATIAL_KINDS]
+
+
+def generate_vqa(n_scenes: int, image_size: int = 64, seed: int = 0, progress: bool = True,
+                 spatial: bool = False) -> list[VQAItem]:
+    """Render ``n_scenes`` scenes and return their questions (4 per scene, plus 2 per visible cube with
+    ``spatial``)."""
     from sim.manip import ManipTask
 
     if n_scenes < 1:
@@ -133,7 +167,10 @@ def generate_vqa(n_scenes: int, image_size: int = 64, seed: int = 0, progress: b
             sim.forward()
             img = task.render()
             assert img is not None
-            for kind, q, a in _scene_questions(rng, layout, col, pos, top, table):
+            qa = _scene_questions(rng, layout, col, pos, top, table)
+            if spatial:
+                qa += _spatial_questions(col, pos, task.ee_pos())
+            for kind, q, a in qa:
                 items.append(VQAItem(img, q, a, kind, s))
     return items
 
@@ -174,12 +211,13 @@ def load_vqa(path: str | Path) -> list[VQAItem]:
 
 
 def cached_vqa(cache_dir: str | Path, n_scenes: int, image_size: int = 64, seed: int = 0,
-               progress: bool = True) -> list[VQAItem]:
+               progress: bool = True, spatial: bool = False) -> list[VQAItem]:
     """:func:`generate_vqa`, read from ``cache_dir`` when an earlier call saved the same set (written only when
     generated, atomically, so parallel processes can share the cache)."""
-    path = Path(cache_dir) / f"vqa2_{image_size}px_{n_scenes}scenes_seed{seed}.npz"
+    tag = "vqa2s" if spatial else "vqa2"
+    path = Path(cache_dir) / f"{tag}_{image_size}px_{n_scenes}scenes_seed{seed}.npz"
     if path.is_file():
         return load_vqa(path)
-    items = generate_vqa(n_scenes, image_size, seed, progress)
+    items = generate_vqa(n_scenes, image_size, seed, progress, spatial)
     save_vqa(items, path)
     return items
