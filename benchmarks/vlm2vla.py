@@ -101,6 +101,12 @@ def pretrain_vqa(out: Path, corpus: list[str], train: list[Any], m: dict[str, An
     for p in bundle.model.parameters():
         p.requires_grad_(True)
     samples = [Sample(it.image, it.question, it.answer, "vqa") for it in train]
+    if m.get("spatial") == "action_tokens":  # the crossover control: the offsets' digits are AT's rare tokens
+        from agents.vla import make_codec
+
+        at = make_codec("action_tokens", bundle.tokenizer)
+        samples = [Sample(s.image, s.prompt, at.encode_text(it.answer), "vqa") if it.kind == "where" else s
+                   for s, it in zip(samples, train, strict=True)]
     s = LoopSettings(out_dir=str(out / "pretrain"), lr=m["pre_lr"], batch_size=m["batch"], grad_accum=1,
                      max_steps=m["pre_steps"], warmup_steps=min(50, m["pre_steps"] // 10), schedule="linear",
                      save_every=10**9, seed=seed, device="cpu", num_threads=1)
@@ -309,9 +315,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="LoRA learning-rate schedule (default: the mode's)")
     p.add_argument("--grounding", action="store_true",
                    help="grounding pre-training (training.vlm.grounding) before the VQA pre-training")
-    p.add_argument("--spatial-prior", action="store_true",
+    p.add_argument("--spatial-prior", nargs="?", const="language", choices=("language", "action_tokens"),
+                   default=None,
                    help="pre-train on the spatial questions too (answers in the action language's numbers and "
-                        "direction words: training.vla.vqa_scenes.SPATIAL_KINDS)")
+                        "direction words: training.vla.vqa_scenes.SPATIAL_KINDS); 'action_tokens' writes the "
+                        "offsets' digits as VLM2VLA-AT's rare tokens instead (the crossover control)")
     p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
     p.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {', '.join(METHODS)} ('' for the blind reference only; "
@@ -324,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     out = Path(args.out) / mode
     for key, val in (("ft_steps", args.ft_steps), ("ft_lr", args.ft_lr), ("ft_schedule", args.ft_schedule),
-                     ("grounding", args.grounding or None), ("spatial", args.spatial_prior or None),
+                     ("grounding", args.grounding or None), ("spatial", args.spatial_prior),
                      ("pre_steps", args.pre_steps)):
         if val is not None:
             MODES[mode][key] = val

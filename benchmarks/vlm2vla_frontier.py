@@ -108,7 +108,7 @@ def report(res: dict[str, Any], docs: Path) -> str:
     lines = [f"# VLM2VLA forgetting frontier (benchmarks/vlm2vla_frontier.py, {res['mode']} mode, seed {res['seed']})",
              "",
              f"Pre-trained VQA accuracy {res['vqa_pretrained']:.3f} on {res['vqa_questions']} held-out questions"
-             f"{' (pre-trained with the spatial-prior questions too)' if st.get('spatial') else ''}; "
+             f"{_prior(st.get('spatial'))}; "
              f"action error on {res['held_out_demos']} held-out Lift demonstrations; LoRA r 16 / alpha 32, "
              f"{st['ft_steps']} steps of batch {st['batch']} at lr {st['ft_lr']:g} "
              f"({st['ft_schedule']}); a probe every {res['every']} steps; {res['seconds'] / 60:.1f} min.",
@@ -153,6 +153,13 @@ def report(res: dict[str, Any], docs: Path) -> str:
     return md
 
 
+def _prior(spatial: Any) -> str:
+    if not spatial:
+        return ""
+    digits = "VLM2VLA-AT's rare digit tokens" if spatial == "action_tokens" else "the action language's digits"
+    return f" (pre-trained with the spatial-prior questions too, offsets in {digits})"
+
+
 def merge(paths: list[str]) -> dict[str, Any]:
     """Combine runs that fine-tuned different methods from the same pre-trained model (e.g. parallel processes,
     each pre-training its own deterministic copy: the same model is the same fingerprint, else the same path)."""
@@ -178,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vqa-limit", type=int, default=0, help="probe on the first N held-out questions (0: all)")
     p.add_argument("--ft-lr", type=float, default=None, help="fine-tuning learning rate (default: the mode's)")
     p.add_argument("--ft-steps", type=int, default=None, help="fine-tuning steps (default: the mode's)")
-    p.add_argument("--spatial-prior", action="store_true",
+    p.add_argument("--spatial-prior", nargs="?", const="language", choices=("language", "action_tokens"),
+                   default=None,
                    help="pre-train on the spatial questions too (vlm2vla.py's --spatial-prior); with --pretrained, "
                         "give it when that model was pre-trained so")
     p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
@@ -196,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in methods if x not in base_bench.METHODS]
     if not methods or bad:
         p.error(f"--methods: names of {list(base_bench.METHODS)}, got {a.methods!r}")
-    for key, val in (("ft_lr", a.ft_lr), ("ft_steps", a.ft_steps), ("spatial", a.spatial_prior or None),
+    for key, val in (("ft_lr", a.ft_lr), ("ft_steps", a.ft_steps), ("spatial", a.spatial_prior),
                      ("pre_steps", a.pre_steps)):
         if val is not None:
             base_bench.MODES[mode][key] = val

@@ -101,7 +101,10 @@ class ActionTokenCodec:
         self._digit_of = {t: str(d) for d, t in enumerate(self.digit_ids)}
 
     def encode(self, chunk_cm: np.ndarray) -> list[int]:
-        text = LanguageCodec(limits=self.limits).encode(chunk_cm)
+        return self.encode_text(LanguageCodec(limits=self.limits).encode(chunk_cm))
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of any text with its digits written as this codec's digit tokens."""
         out: list[int] = []
         for run in re.findall(r"\d|[^\d]+", text):
             if run.isdigit():

@@ -174,3 +174,12 @@ def test_spatial_prior_questions_speak_the_action_language(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["vqa2s_32px_3scenes_seed2.npz"]  # its own cache file
     _, test = split_vqa(both, 0.34)
     assert {it.kind for it in general_only(test)}.isdisjoint(SPATIAL_KINDS)
+
+
+def test_action_token_text_encoding(bundle):
+    """``encode_text`` writes every digit as one of AT's rare tokens and the rest as ordinary tokens; it reads back."""
+    at = make_codec("action_tokens", bundle.tokenizer)
+    ids = at.encode_text("[10.5, -3.0, 7.2]")
+    assert [t for t in ids if t in at.digit_ids] == [at.digit_ids[d] for d in (1, 0, 5, 3, 0, 7, 2)]
+    assert at.to_text(ids) == "[10.5, -3.0, 7.2]"
+    assert at.encode_text("[[1.0, 0.0, 0.0, 1]]") == at.encode(np.array([[1.0, 0.0, 0.0, 1.0]]))
