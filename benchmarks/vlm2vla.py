@@ -100,13 +100,13 @@ def pretrain_vqa(out: Path, corpus: list[str], train: list[Any], m: dict[str, An
         log.info("grounding pre-training: %s", g["stages"])
     for p in bundle.model.parameters():
         p.requires_grad_(True)
-    samples = [Sample(it.image, it.question, it.answer, "vqa") for it in train]
+    at = None
     if m.get("spatial") == "action_tokens":  # the crossover control: the offsets' digits are AT's rare tokens
         from agents.vla import make_codec
 
         at = make_codec("action_tokens", bundle.tokenizer)
-        samples = [Sample(s.image, s.prompt, at.encode_text(it.answer), "vqa") if it.kind == "where" else s
-                   for s, it in zip(samples, train, strict=True)]
+    samples = [Sample(it.image, it.question, at.encode_text(it.answer) if at and it.kind == "where" else it.answer,
+                      "vqa") for it in train]
     s = LoopSettings(out_dir=str(out / "pretrain"), lr=m["pre_lr"], batch_size=m["batch"], grad_accum=1,
                      max_steps=m["pre_steps"], warmup_steps=min(50, m["pre_steps"] // 10), schedule="linear",
                      save_every=10**9, seed=seed, device="cpu", num_threads=1)
@@ -300,6 +300,17 @@ def write_report(res: dict[str, Any], docs: Path) -> None:
     plt.close(fig)
 
 
+def add_pretraining_args(p: argparse.ArgumentParser) -> None:
+    """The VQA pre-training options shared with ``vlm2vla_frontier.py`` (MODES keys ``spatial``, ``pre_steps``)."""
+    p.add_argument("--spatial-prior", nargs="?", const="language", choices=("language", "action_tokens"),
+                   default=None,
+                   help="pre-train on the spatial questions too (answers in the action language's numbers and "
+                        "direction words: training.vla.vqa_scenes.SPATIAL_KINDS); 'action_tokens' writes the "
+                        "offsets' digits as VLM2VLA-AT's rare tokens instead (the crossover control); when reusing "
+                        "a pre-trained model, give what it was pre-trained with")
+    p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny settings, < 1 minute with warm caches")
@@ -315,12 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="LoRA learning-rate schedule (default: the mode's)")
     p.add_argument("--grounding", action="store_true",
                    help="grounding pre-training (training.vlm.grounding) before the VQA pre-training")
-    p.add_argument("--spatial-prior", nargs="?", const="language", choices=("language", "action_tokens"),
-                   default=None,
-                   help="pre-train on the spatial questions too (answers in the action language's numbers and "
-                        "direction words: training.vla.vqa_scenes.SPATIAL_KINDS); 'action_tokens' writes the "
-                        "offsets' digits as VLM2VLA-AT's rare tokens instead (the crossover control)")
-    p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
+    add_pretraining_args(p)
     p.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {', '.join(METHODS)} ('' for the blind reference only; "
                         "default: all)")

@@ -185,11 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vqa-limit", type=int, default=0, help="probe on the first N held-out questions (0: all)")
     p.add_argument("--ft-lr", type=float, default=None, help="fine-tuning learning rate (default: the mode's)")
     p.add_argument("--ft-steps", type=int, default=None, help="fine-tuning steps (default: the mode's)")
-    p.add_argument("--spatial-prior", nargs="?", const="language", choices=("language", "action_tokens"),
-                   default=None,
-                   help="pre-train on the spatial questions too (vlm2vla.py's --spatial-prior); with --pretrained, "
-                        "give it when that model was pre-trained so")
-    p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
+    base_bench.add_pretraining_args(p)
     p.add_argument("--cache", default="runs/vla_cache", help="demonstration / VQA cache (vlm2vla.py's default)")
     p.add_argument("--out", default=None, help="run directory (default: runs/bench_vlm2vla_frontier/<mode>)")
     p.add_argument("--docs", default=None, help="where the report goes (default: docs/ in full mode, the run dir "
