@@ -1,9 +1,12 @@
 """Grammar-constrained decoding: at each generation step only tokens that keep the decoded text a valid prefix of
 the level's grammar (:mod:`agents.vla.grammar`) are allowed, and end-of-sequence only once the text is complete.
 
-Budget-aware: a token is allowed only if the fewest characters that complete the text afterwards fit in the tokens
-left (``max_new_tokens``), so with single-character tokens in the vocabulary (true of byte-level BPEs) a constrained
-generation always ends as a complete, parseable string. Used through ``model.generate(prefix_allowed_tokens_fn=...)``
+Budget-aware: a token is allowed only if the text can still be completed in the tokens left (``max_new_tokens``),
+counted by :class:`TokenBudget` as the tokens of the grammar's shortest completion split greedily into the
+vocabulary's pieces (an upper bound that stays true token by token). With single-character tokens in the vocabulary
+(true of byte-level BPEs) a constrained generation always ends as a complete, parseable string, and a model whose own
+choice completes in time is never overruled: counting characters instead of tokens would forbid ``close`` with 11
+tokens left although `` the gripper`` needs 2. Used through ``model.generate(prefix_allowed_tokens_fn=...)``
 (applied before temperature / top-p, so sampling only ever sees allowed tokens). The strict decoders stay as they
 are: constrained text is a subset of what they accept.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agents.vla.grammar import CharGrammar, level_grammar
+from agents.vla.grammar import CharGrammar, PrefixState, level_grammar
 
 #: levels a constraint can be built for
 LEVELS = ("subtasks", "motion", "chunk")
@@ -37,19 +40,59 @@ def token_pieces(tokenizer: Any) -> dict[int, str]:
     return out
 
 
+class TokenBudget:
+    """Upper bound on the tokens that complete a grammar state: the grammar's shortest completion
+    (:meth:`CharGrammar.completion`) split greedily into the longest available pieces, or its length in characters
+    when that is smaller. Both bounds hold again after taking the first token of their own split, so a token allowed
+    under the bound can always be followed to a complete text within the budget. Memoised per state."""
+
+    def __init__(self, grammar: CharGrammar, pieces: Sequence[str]) -> None:
+        self.grammar = grammar
+        self.pieces = frozenset(p for p in pieces if p)
+        self.longest = max((len(p) for p in self.pieces), default=0)
+        self._memo: dict[frozenset[int], int] = {}
+
+    def split(self, text: str) -> int | None:
+        """Tokens of the greedy longest-piece split of ``text`` (None when a character has no piece)."""
+        i, n = 0, 0
+        while i < len(text):
+            for k in range(min(self.longest, len(text) - i), 0, -1):
+                if text[i:i + k] in self.pieces:
+                    i, n = i + k, n + 1
+                    break
+            else:
+                return None
+        return n
+
+    def tokens(self, state: PrefixState) -> int:
+        """Fewest tokens known to complete ``state`` (``state.distance`` when no split is shorter)."""
+        if not state.valid:
+            return CharGrammar.INVALID
+        got = self._memo.get(state.nodes)
+        if got is None:
+            n = self.split(self.grammar.completion(state))
+            got = state.distance if n is None else min(n, state.distance)
+            if len(self._memo) < 100_000:
+                self._memo[state.nodes] = got
+        return got
+
+
 class GrammarConstraint:
     """A ``prefix_allowed_tokens_fn`` for one generation call (it remembers the prompt length of its first call,
     so build a fresh one per ``generate``; :meth:`Constrainer.constraint` does).
 
     ``pieces``: candidate token id -> text piece; ``text_of``: generated ids -> decoded text; ``eos_id``: allowed
-    once the text is complete; ``max_new_tokens``: the generation budget.
+    once the text is complete; ``max_new_tokens``: the generation budget; ``budget``: a :class:`TokenBudget` over the
+    same pieces (built when not given; pass one to share its memo across generations).
     """
 
     def __init__(self, grammar: CharGrammar, pieces: dict[int, str], text_of: Callable[[Sequence[int]], str],
-                 eos_id: int, max_new_tokens: int, skip_ids: Sequence[int] = ()) -> None:
+                 eos_id: int, max_new_tokens: int, skip_ids: Sequence[int] = (),
+                 budget: TokenBudget | None = None) -> None:
         self.grammar, self.text_of, self.eos_id = grammar, text_of, int(eos_id)
         self.max_new_tokens = int(max_new_tokens)
         self.pieces = [(i, p) for i, p in pieces.items() if p and set(p) <= grammar.alphabet]
+        self.budget = budget if budget is not None else TokenBudget(grammar, [p for _, p in self.pieces])
         self.skip = set(skip_ids)
         self._n_prefix: int | None = None
 
@@ -63,7 +106,8 @@ class GrammarConstraint:
         for tid, piece in self.pieces:
             nxt = self.grammar.advance(st, piece)
             if nxt.valid:
-                (out if nxt.distance <= left else fallback).append(tid)
+                fits = nxt.distance <= left or self.budget.tokens(nxt) <= left
+                (out if fits else fallback).append(tid)
         # over budget (a vocabulary without single-character tokens): best effort, any valid continuation
         return out or fallback or [self.eos_id]
 
@@ -88,6 +132,7 @@ class Constrainer:
         self.tokenizer, self.codec = tokenizer, codec
         self.special = [int(i) for i in tokenizer.all_special_ids]
         self.pieces = token_pieces(tokenizer)
+        self._budgets: dict[str, TokenBudget] = {}
         if codec.name == "action_tokens":
             digits = set("0123456789")
             self.chunk_pieces = {i: p for i, p in self.pieces.items() if not set(p) & digits}
@@ -104,7 +149,11 @@ class Constrainer:
             raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
         grammar = level_grammar(level, self.codec.limits.max_elements)
         eos = self.tokenizer.eos_token_id
+        budget = self._budgets.get(level)
         if level == "chunk":
             skip = [i for i in self.special if i not in getattr(self.codec, "digit_ids", ())]
-            return GrammarConstraint(grammar, self.chunk_pieces, self.chunk_text, eos, max_new_tokens, skip)
-        return GrammarConstraint(grammar, self.pieces, self._decode, eos, max_new_tokens, self.special)
+            c = GrammarConstraint(grammar, self.chunk_pieces, self.chunk_text, eos, max_new_tokens, skip, budget)
+        else:
+            c = GrammarConstraint(grammar, self.pieces, self._decode, eos, max_new_tokens, self.special, budget)
+        self._budgets[level] = c.budget  # its memo serves every later generation of this level
+        return c

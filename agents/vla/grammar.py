@@ -130,6 +130,8 @@ class CharGrammar:
         self._dist = self._distances()
         self.alphabet = frozenset().union(*(cs for es in nfa.edges for cs, _ in es))
         self._step: dict[tuple[frozenset[int], str], frozenset[int]] = {}
+        self._sorted_alphabet = sorted(self.alphabet)
+        self._completion: dict[frozenset[int], str] = {}
         self.start = self._make(self._closure[start])
 
     def _eps_closure(self, i: int) -> frozenset[int]:
@@ -203,13 +205,23 @@ class CharGrammar:
     def shortest_completion(self, text: str) -> str | None:
         """The shortest string that completes ``text`` (None when ``text`` is not a valid prefix)."""
         st = self.state(text)
-        if not st.valid:
-            return None
-        out = ""
-        while not st.complete:
-            st, ch = min(((self.advance(st, c), c) for c in sorted(self.alphabet)),
-                         key=lambda sc: sc[0].distance)
-            out += ch
+        return self.completion(st) if st.valid else None
+
+    def completion(self, state: PrefixState) -> str:
+        """The shortest string that completes a valid ``state`` (ties: the smallest character first).
+
+        Suffix-consistent: reading any prefix of it leads to a state whose completion is the rest of it."""
+        if not state.valid:
+            raise ValueError("no completion for an invalid prefix")
+        out = self._completion.get(state.nodes)
+        if out is None:
+            chars, st = [], state
+            while not st.complete:
+                st, ch = min(((self.advance(st, c), c) for c in self._sorted_alphabet), key=lambda sc: sc[0].distance)
+                chars.append(ch)
+            out = "".join(chars)
+            if len(self._completion) < 100_000:
+                self._completion[state.nodes] = out
         return out
 
 

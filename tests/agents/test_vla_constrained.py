@@ -137,6 +137,42 @@ def test_constraint_respects_a_tight_budget(micro):
         parse_chunk(g.text)
 
 
+@pytest.mark.parametrize("level,texts", [
+    ("motion", motion_sentences()),
+    ("chunk", [format_chunk(np.array([[1.5, -0.2, -12.5, 1.0], [0.0, 3.0, 0.0, 0.0]])),
+               format_chunk(np.array([[-10.0, 0.5, 2.5, 1.0]] * 5))]),
+    ("subtasks", [format_subtasks(["move above the red cube", "lower to the cube", "close the gripper", "lift"])]),
+])
+def test_a_text_that_fits_its_budget_is_never_overruled(micro, level, texts):
+    """With exactly as many tokens as the model's own text needs, every one of its tokens stays allowed (a
+    character count would forbid multi-character tokens near the end of the budget)."""
+    tok = micro.tokenizer
+    con = Constrainer(tok, make_codec("language", tok))
+    overruled = []
+    for text in texts:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        c = con.constraint(level, len(ids))
+        overruled += [(text, k) for k in range(len(ids)) if ids[k] not in c.allowed(ids[:k])]
+    assert not overruled, overruled[:5]
+
+
+def test_token_budget_is_an_upper_bound_that_holds_token_by_token(micro):
+    con = Constrainer(micro.tokenizer, make_codec("language", micro.tokenizer))
+    c = con.constraint("chunk", 96)
+    g, b = c.grammar, c.budget
+    for prefix in ["", "[", "[[1", "[[1.5, -0.2, ", "[[1.5, -0.2, -12.5, 1], [0", "[[1.5, -0.2, -12.5, 1]"]:
+        st = g.state(prefix)
+        n = b.tokens(st)
+        assert 1 <= n <= st.distance or (n == 0 and st.complete)
+        rest = g.completion(st)
+        assert g.is_complete(prefix + rest) and len(rest) == st.distance
+        while not st.complete:  # follow the first piece of the split: the bound drops by at least one each time
+            head = max((p for p in b.pieces if rest.startswith(p)), key=len)
+            st, rest = g.advance(st, head), rest[len(head):]
+            assert b.tokens(st) <= n - 1
+            n = b.tokens(st)
+
+
 def test_allowed_tokens_follow_the_grammar(micro):
     tok = micro.tokenizer
     c = Constrainer(tok, make_codec("language", tok)).constraint("motion", 24)
