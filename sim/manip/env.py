@@ -87,6 +87,9 @@ class ManipTaskConfig:
     #: steps after which ``done`` is reported (0: never); the env keeps stepping either way
     max_steps: int = 0
     robot: str = "Panda"
+    #: seeds robosuite's model build (the random cube size of Lift/Stack, ...), so a task is the same world in every
+    #: process; ``reset(seed)`` then fixes the placement. ``None``: robosuite's unseeded default (differs per process)
+    model_seed: int | None = 0
 
     def __post_init__(self) -> None:
         get_task(self.task)
@@ -94,6 +97,9 @@ class ManipTaskConfig:
             raise ValueError(f"image_size must be an int in 16..1024, got {self.image_size!r}")
         checks = {"max_delta_m": (1e-4, 0.2), "gain": (0.1, 10.0), "tol_m": (1e-5, 0.05)}
         check_ranges(self, checks)
+        if self.model_seed is not None and (not isinstance(self.model_seed, int) or isinstance(self.model_seed, bool)
+                                            or self.model_seed < 0):
+            raise ValueError(f"model_seed must be None or an int >= 0, got {self.model_seed!r}")
         for name, lo in (("control_freq", 1), ("max_substeps", 1), ("max_steps", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or v < lo:
@@ -142,7 +148,7 @@ class ManipTask:
             self.spec.env_name, robots=cfg.robot, controller_configs=controller,
             has_renderer=False, has_offscreen_renderer=cfg.render, use_camera_obs=False,
             control_freq=cfg.control_freq, horizon=10**9, ignore_done=True, hard_reset=False,
-            reward_shaping=False, **self.spec.env_kwargs,
+            reward_shaping=False, seed=cfg.model_seed, **self.spec.env_kwargs,
         )
         if cfg.render and cfg.fast_render:
             self._fast_render()

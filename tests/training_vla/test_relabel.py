@@ -171,7 +171,7 @@ def test_spatial_prior_questions_speak_the_action_language(tmp_path):
             assert d.shape == (1, 4) and d[0, 2] < 0  # cubes lie below the gripper's reset pose
         else:
             assert check_motion(it.answer).startswith("move ")
-    assert [p.name for p in tmp_path.iterdir()] == ["vqa2s_32px_3scenes_seed2.npz"]  # its own cache file
+    assert [p.name for p in tmp_path.iterdir()] == ["vqa3s_32px_3scenes_seed2.npz"]  # its own cache file
     _, test = split_vqa(both, 0.34)
     assert {it.kind for it in general_only(test)}.isdisjoint(SPATIAL_KINDS)
 

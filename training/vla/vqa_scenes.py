@@ -214,7 +214,7 @@ def cached_vqa(cache_dir: str | Path, n_scenes: int, image_size: int = 64, seed:
                progress: bool = True, spatial: bool = False) -> list[VQAItem]:
     """:func:`generate_vqa`, read from ``cache_dir`` when an earlier call saved the same set (written only when
     generated, atomically, so parallel processes can share the cache)."""
-    tag = "vqa2s" if spatial else "vqa2"
+    tag = "vqa3s" if spatial else "vqa3"  # vqa3: scenes from a seeded robosuite model (ManipTaskConfig.model_seed)
     path = Path(cache_dir) / f"{tag}_{image_size}px_{n_scenes}scenes_seed{seed}.npz"
     if path.is_file():
         return load_vqa(path)
