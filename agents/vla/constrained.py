@@ -4,9 +4,10 @@ the level's grammar (:mod:`agents.vla.grammar`) are allowed, and end-of-sequence
 Budget-aware: a token is allowed only if the text can still be completed in the tokens left (``max_new_tokens``),
 counted by :class:`TokenBudget` as the tokens of the grammar's shortest completion split greedily into the
 vocabulary's pieces (an upper bound that stays true token by token). With single-character tokens in the vocabulary
-(true of byte-level BPEs) a constrained generation always ends as a complete, parseable string, and a model whose own
-choice completes in time is never overruled: counting characters instead of tokens would forbid ``close`` with 11
-tokens left although `` the gripper`` needs 2. Used through ``model.generate(prefix_allowed_tokens_fn=...)``
+(true of byte-level BPEs) a constrained generation always ends as a complete, parseable string. The bound follows one
+completion (the shortest in characters), so a model's own text that fits the budget is allowed whenever it needs no
+fewer tokens than that split (the canonical texts do; tested), not in every case; counting characters, as before
+2026-12-04, forbade ``close`` with 11 tokens left although `` the gripper`` needs 2. Used through ``model.generate(prefix_allowed_tokens_fn=...)``
 (applied before temperature / top-p, so sampling only ever sees allowed tokens). The strict decoders stay as they
 are: constrained text is a subset of what they accept.
 """

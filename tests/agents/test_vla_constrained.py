@@ -143,9 +143,9 @@ def test_constraint_respects_a_tight_budget(micro):
                format_chunk(np.array([[-10.0, 0.5, 2.5, 1.0]] * 5))]),
     ("subtasks", [format_subtasks(["move above the red cube", "lower to the cube", "close the gripper", "lift"])]),
 ])
-def test_a_text_that_fits_its_budget_is_never_overruled(micro, level, texts):
-    """With exactly as many tokens as the model's own text needs, every one of its tokens stays allowed (a
-    character count would forbid multi-character tokens near the end of the budget)."""
+def test_canonical_text_that_fits_its_budget_is_kept(micro, level, texts):
+    """With exactly as many tokens as a canonical text needs, every one of its tokens stays allowed (a character
+    count would forbid multi-character tokens near the end of the budget)."""
     tok = micro.tokenizer
     con = Constrainer(tok, make_codec("language", tok))
     overruled = []
@@ -156,21 +156,30 @@ def test_a_text_that_fits_its_budget_is_never_overruled(micro, level, texts):
     assert not overruled, overruled[:5]
 
 
-def test_token_budget_is_an_upper_bound_that_holds_token_by_token(micro):
-    con = Constrainer(micro.tokenizer, make_codec("language", micro.tokenizer))
-    c = con.constraint("chunk", 96)
-    g, b = c.grammar, c.budget
+def test_token_budget_is_reachable_through_allowed_tokens(micro):
+    """From a prefix, a generation given exactly ``TokenBudget.tokens`` tokens can always end complete using only
+    allowed tokens (each step takes the allowed token with the smallest remaining bound), and the bound is below the
+    character count once multi-character pieces help."""
+    tok = micro.tokenizer
+    con = Constrainer(tok, make_codec("language", tok))
+    shorter = 0
     for prefix in ["", "[", "[[1", "[[1.5, -0.2, ", "[[1.5, -0.2, -12.5, 1], [0", "[[1.5, -0.2, -12.5, 1]"]:
-        st = g.state(prefix)
-        n = b.tokens(st)
-        assert 1 <= n <= st.distance or (n == 0 and st.complete)
-        rest = g.completion(st)
-        assert g.is_complete(prefix + rest) and len(rest) == st.distance
-        while not st.complete:  # follow the first piece of the split: the bound drops by at least one each time
-            head = max((p for p in b.pieces if rest.startswith(p)), key=len)
-            st, rest = g.advance(st, head), rest[len(head):]
-            assert b.tokens(st) <= n - 1
-            n = b.tokens(st)
+        ids = tok(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+        probe = con.constraint("chunk", 10_000)
+        st = probe.grammar.state(probe.text_of(ids))
+        n = probe.budget.tokens(st)
+        shorter += n < st.distance
+        c = con.constraint("chunk", len(ids) + n)
+        pieces = dict(c.pieces)
+        gen = list(ids)
+        for _ in range(n):
+            cand = [t for t in c.allowed(gen) if t != c.eos_id]
+            if not cand:
+                break
+            gen.append(min(cand, key=lambda t: (c.budget.tokens(c.grammar.advance(
+                c.grammar.state(c.text_of(gen)), pieces[t])), t)))
+        assert c.grammar.is_complete(c.text_of(gen)), (prefix, n, c.text_of(gen))
+    assert shorter >= 3  # the token bound is tighter than the character count on most prefixes
 
 
 def test_allowed_tokens_follow_the_grammar(micro):

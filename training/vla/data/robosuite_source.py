@@ -20,8 +20,11 @@ log = logging.getLogger(__name__)
 
 
 def _cache_name(task: str, image_size: int, seed: int, max_step_m: float) -> str:
-    # "world0": recorded in the robosuite model built with ManipTaskConfig.model_seed 0 (earlier caches are not)
-    return f"{task}_{image_size}px_step{round(max_step_m * 1000)}mm_world0_seed{seed}.npz"
+    # "world<N>": recorded in the robosuite model built with ManipTaskConfig.model_seed N (earlier caches are not)
+    from sim.manip.env import ManipTaskConfig
+
+    world = ManipTaskConfig().model_seed
+    return f"{task}_{image_size}px_step{round(max_step_m * 1000)}mm_world{world}_seed{seed}.npz"
 
 
 def record_episode(env: Any, task: str, seed: int, max_steps: int = 200, max_step_m: float = 0.03) -> Episode:

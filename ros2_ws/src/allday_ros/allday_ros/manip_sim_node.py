@@ -61,6 +61,7 @@ class ManipSimNode(Node):
         p("camera", "agentview")
         p("fast_render", True)
         p("seed", 0)
+        p("model_seed", 0)             # seeds robosuite's model build (cube size); -1: unseeded, new each launch
         p("max_delta", 0.05)           # m per axis per step
         p("publish_rate", 10.0)        # Hz re-publication of the current state (keeps watchdogs fed)
         p("frame_id", "world")
@@ -72,7 +73,8 @@ class ManipSimNode(Node):
         t0 = time.perf_counter()
         self.task = ManipTask(ManipTaskConfig(task=str(g("task")), image_size=int(g("image_size")),
                                               camera=str(g("camera")), fast_render=bool(g("fast_render")),
-                                              max_delta_m=float(g("max_delta"))))
+                                              max_delta_m=float(g("max_delta")),
+                                              model_seed=None if int(g("model_seed")) < 0 else int(g("model_seed"))))
         # one throw-away step compiles robosuite's numba kernels (seconds on a fresh install) before any
         # consumer's watchdog is running, so the first real step is as fast as the rest
         self.task.reset(seed=int(g("seed")))
