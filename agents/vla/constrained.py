@@ -7,8 +7,9 @@ vocabulary's pieces (an upper bound that stays true token by token). With single
 (true of byte-level BPEs) a constrained generation always ends as a complete, parseable string. The bound follows one
 completion (the shortest in characters), so a model's own text that fits the budget is allowed whenever it needs no
 fewer tokens than that split (the canonical texts do; tested), not in every case; counting characters, as before
-2026-12-04, forbade ``close`` with 11 tokens left although `` the gripper`` needs 2. Used through ``model.generate(prefix_allowed_tokens_fn=...)``
-(applied before temperature / top-p, so sampling only ever sees allowed tokens). The strict decoders stay as they
+2026-12-04, forbade ``close`` with 11 tokens left although `` the gripper`` needs 2.
+Used through ``model.generate(prefix_allowed_tokens_fn=...)`` (applied before temperature / top-p, so sampling only
+ever sees allowed tokens). The strict decoders stay as they
 are: constrained text is a subset of what they accept.
 """
 
