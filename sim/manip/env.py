@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.core.config import check_ranges, config_from_dict
+from agents.core.config import check_ints, check_ranges, config_from_dict
 from sim.core.gl import prepare_gl
 from sim.manip.action import MAX_DELTA_M, sanitize
 from sim.manip.tasks import TaskSpec, get_task
@@ -97,9 +97,8 @@ class ManipTaskConfig:
             raise ValueError(f"image_size must be an int in 16..1024, got {self.image_size!r}")
         checks = {"max_delta_m": (1e-4, 0.2), "gain": (0.1, 10.0), "tol_m": (1e-5, 0.05)}
         check_ranges(self, checks)
-        if self.model_seed is not None and (not isinstance(self.model_seed, int) or isinstance(self.model_seed, bool)
-                                            or self.model_seed < 0):
-            raise ValueError(f"model_seed must be None or an int >= 0, got {self.model_seed!r}")
+        if self.model_seed is not None:
+            check_ints(self, {"model_seed": (0, 2**63 - 1)})
         for name, lo in (("control_freq", 1), ("max_substeps", 1), ("max_steps", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or v < lo:

@@ -176,8 +176,8 @@ def test_token_budget_is_reachable_through_allowed_tokens(micro):
             cand = [t for t in c.allowed(gen) if t != c.eos_id]
             if not cand:
                 break
-            gen.append(min(cand, key=lambda t: (c.budget.tokens(c.grammar.advance(
-                c.grammar.state(c.text_of(gen)), pieces[t])), t)))
+            here = c.grammar.state(c.text_of(gen))
+            gen.append(min(cand, key=lambda t: (c.budget.tokens(c.grammar.advance(here, pieces[t])), t)))
         assert c.grammar.is_complete(c.text_of(gen)), (prefix, n, c.text_of(gen))
     assert shorter >= 3  # the token bound is tighter than the character count on most prefixes
 

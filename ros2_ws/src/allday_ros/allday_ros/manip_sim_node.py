@@ -71,10 +71,11 @@ class ManipSimNode(Node):
         from sim.manip.env import ManipTask, ManipTaskConfig
 
         t0 = time.perf_counter()
+        model_seed = int(g("model_seed"))
         self.task = ManipTask(ManipTaskConfig(task=str(g("task")), image_size=int(g("image_size")),
                                               camera=str(g("camera")), fast_render=bool(g("fast_render")),
                                               max_delta_m=float(g("max_delta")),
-                                              model_seed=None if int(g("model_seed")) < 0 else int(g("model_seed"))))
+                                              model_seed=None if model_seed < 0 else model_seed))
         # one throw-away step compiles robosuite's numba kernels (seconds on a fresh install) before any
         # consumer's watchdog is running, so the first real step is as fast as the rest
         self.task.reset(seed=int(g("seed")))
