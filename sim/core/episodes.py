@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from agents.core.io import write_bytes
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -223,10 +225,7 @@ def _json_default(obj: Any) -> Any:
 
 def _write_gz_json(path: Path, obj: Any) -> None:
     data = json.dumps(obj, default=_json_default).encode("utf-8")
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-        gz.write(data)
-    os.replace(tmp, path)
+    write_bytes(path, gzip.compress(data, mtime=0))
 
 
 def save_split(

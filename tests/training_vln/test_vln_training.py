@@ -142,6 +142,26 @@ def test_checkpoint_resume(cfg, tmp_path, monkeypatch):
         nav.train_navigator(other, tmp_path, resume=True, progress=False)
 
 
+def test_samples_round_trip_and_a_truncated_file_is_a_clear_error(tmp_path):
+    from training.vln.data import Sample
+    from training.vln.navigator import load_samples, save_samples
+
+    rng = np.random.default_rng(0)
+    samples = [Sample(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8), f"go {i}", "forward stop", i, 1 - i)
+               for i in range(2)]
+    path = tmp_path / "samples.npz"
+    save_samples(path, samples)
+    back = load_samples(path)
+    assert [(s.prompt, s.target, s.scene, s.env) for s in back] == [("go 0", "forward stop", 0, 1),
+                                                                      ("go 1", "forward stop", 1, 0)]
+    np.testing.assert_array_equal(back[1].image, samples[1].image)
+    path.write_bytes(path.read_bytes()[:40])  # a file cut short by a crash of an older, non-atomic writer
+    with pytest.raises(ValueError, match="unreadable imitation samples .*samples.npz"):
+        load_samples(path)
+    with pytest.raises(ValueError, match="unreadable imitation samples"):
+        load_samples(tmp_path / "missing.npz")
+
+
 @pytest.mark.parametrize("kw,field", [({"train_conditions": ["dusk"]}, "train_conditions"),
                                       ({"condition_params": {"fog": {}}}, "unknown condition 'fog'"),
                                       ({"condition_params": {"low_light": {"gain": -1}}}, "gain"),

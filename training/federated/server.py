@@ -10,7 +10,6 @@ a restarted server resumes at the next round.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.core.io import atomic_path
 from training.federated.config import FedConfig
 from training.federated.local import get_task, global_eval, lora_scale
 from training.federated.methods.base import FedMethod, State, Upload
@@ -77,12 +77,10 @@ class FedServer:
         path = self.checkpoint_path
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
         blob = {"method": self.method.name, "round": self.round, "state": self.state,
                 "history": [r.__dict__ for r in self.history], "config": self.cfg.to_dict()}
-        torch.save(blob, tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            torch.save(blob, tmp)
 
     # ------------------------------------------------------------------------------------------------- rounds
     @property

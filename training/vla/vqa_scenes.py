@@ -28,12 +28,13 @@ The split is by scene: ``held_out`` of the scenes (and all their questions) are 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
+
+from agents.core.io import save_npz
 
 log = logging.getLogger(__name__)
 
@@ -187,19 +188,13 @@ def split_vqa(items: list[VQAItem], held_out: float = 0.25) -> tuple[list[VQAIte
 def save_vqa(items: list[VQAItem], path: str | Path) -> Path:
     """Cache ``items`` as one ``.npz`` (images stored once per scene), written atomically so a process reading the
     cache never sees a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     scenes = sorted({it.scene for it in items})
     first = {}
     for it in items:
         first.setdefault(it.scene, it.image)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-    np.savez_compressed(tmp, images=np.stack([first[s] for s in scenes]), scene_ids=np.asarray(scenes),
-                        scene=np.asarray([it.scene for it in items]),
-                        question=np.asarray([it.question for it in items]),
-                        answer=np.asarray([it.answer for it in items]), kind=np.asarray([it.kind for it in items]))
-    os.replace(tmp, path)
-    return path
+    return save_npz(path, images=np.stack([first[s] for s in scenes]), scene_ids=np.asarray(scenes),
+                    scene=np.asarray([it.scene for it in items]), question=np.asarray([it.question for it in items]),
+                    answer=np.asarray([it.answer for it in items]), kind=np.asarray([it.kind for it in items]))
 
 
 def load_vqa(path: str | Path) -> list[VQAItem]:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agents.core.io import atomic_path, save_npz, write_text
 from agents.vln.modeling_vln import AlldayWalkerPolicy
 from agents.vln.processor_vln import VLNProcessor
 from sim.core.env import NavEnvConfig
@@ -108,15 +110,21 @@ def build_backbone(cfg: VLNTrainConfig, out_dir: Path, corpus: list[str]) -> Pat
 
 
 def save_samples(path: Path, samples: list[Sample]) -> None:
-    np.savez_compressed(path, image=np.stack([s.image for s in samples]),
-                        prompt=np.array([s.prompt for s in samples]), target=np.array([s.target for s in samples]),
-                        ids=np.array([[s.scene, s.env] for s in samples], dtype=np.int64))
+    """Write the collected imitation samples (atomically: a killed run keeps the previous file)."""
+    save_npz(path, image=np.stack([s.image for s in samples]), prompt=np.array([s.prompt for s in samples]),
+             target=np.array([s.target for s in samples]),
+             ids=np.array([[s.scene, s.env] for s in samples], dtype=np.int64))
 
 
 def load_samples(path: Path) -> list[Sample]:
-    d = np.load(path)
-    return [Sample(img, str(p), str(t), int(i[0]), int(i[1]))
-            for img, p, t, i in zip(d["image"], d["prompt"], d["target"], d["ids"])]
+    """Read :func:`save_samples`' file; a missing, truncated or foreign file raises ``ValueError`` naming it."""
+    try:
+        with np.load(path) as d:
+            return [Sample(img, str(p), str(t), int(i[0]), int(i[1]))
+                    for img, p, t, i in zip(d["image"], d["prompt"], d["target"], d["ids"], strict=True)]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"unreadable imitation samples {path} ({type(exc).__name__}: {exc}); "
+                         "start the run again without --resume or with another --out") from exc
 
 
 # ------------------------------------------------------------------------------------------------ training
@@ -181,8 +189,9 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     def checkpoint() -> None:
         bundle.model.save_pretrained(str(out / "model"))
         bundle.processor.save_pretrained(str(out / "model"))
-        torch.save(trainer.optimizer.state_dict(), out / "optim.pt")
-        state_path.write_text(json.dumps(state))
+        with atomic_path(out / "optim.pt") as tmp:
+            torch.save(trainer.optimizer.state_dict(), tmp)
+        write_text(state_path, json.dumps(state))
 
     phases = ["bc"] + [f"dagger{r}" for r in range(cfg.dagger_rounds)]
     losses: list[float] = []

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from agents.core.config import check_ints, check_numbers, config_from_dict
+from agents.core.io import save_npz
 from agents.vln.actions import GOAL_WORDS
 
 log = logging.getLogger(__name__)
@@ -155,10 +156,9 @@ def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress
             log.warning("unreadable scene questions cache %s (%s); rebuilding it", cache, exc)
     items = _build_scene_set(nav_cfg, split, cfg, progress)
     if cache is not None and items:
-        Path(cache).parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(cache, key=np.array(key), frame=np.stack([it[0] for it in items]),
-                            question=np.array([it[1] for it in items]), answer=np.array([it[2] for it in items]),
-                            pixels=np.array([it[3] for it in items], dtype=np.int64))
+        save_npz(cache, key=np.array(key), frame=np.stack([it[0] for it in items]),
+                 question=np.array([it[1] for it in items]), answer=np.array([it[2] for it in items]),
+                 pixels=np.array([it[3] for it in items], dtype=np.int64))
     return items
 
 

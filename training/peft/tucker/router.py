@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agents.core.io import atomic_path
+
 
 class NoPrototypesError(ValueError):
     """Routing was asked of a bank that holds no prototypes."""
@@ -159,7 +161,9 @@ class PrototypeRouter:
         self.env.load_state_dict(state["env"])
 
     def save(self, path: str | Path) -> None:
-        torch.save(self.state_dict(), str(path))
+        """Write the prototype banks to ``path`` (atomically: an interrupted save keeps the previous file)."""
+        with atomic_path(path) as tmp:
+            torch.save(self.state_dict(), str(tmp))
 
     @classmethod
     def load(cls, path: str | Path) -> PrototypeRouter:

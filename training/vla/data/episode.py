@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from agents.core.io import save_npz
+
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
@@ -95,15 +97,10 @@ class Episode:
 
 def save_episode(ep: Episode, path: str | Path) -> Path:
     """Write ``ep`` to ``path`` (``.npz``, compressed); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     header = {"version": FORMAT_VERSION, "phases": ep.phases, "instruction": ep.instruction, "task": ep.task,
               "meta": ep.meta}
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, frames=ep.frames, deltas=ep.deltas, gripper=ep.gripper,
-                        header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8))
-    tmp.replace(path)
-    return path
+    return save_npz(path, frames=ep.frames, deltas=ep.deltas, gripper=ep.gripper,
+                    header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8))
 
 
 def load_episode(path: str | Path) -> Episode:

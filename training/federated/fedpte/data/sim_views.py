@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from agents.core.io import save_npz
 from training.federated.fedpte.data import Domain
 
 log = logging.getLogger(__name__)
@@ -151,10 +152,7 @@ def make_sim_view_domains(n_houses: int = 80, views_per_class: int = 120, test_f
         arrays[f"{cond}_x_test"] = imgs[[slot[len(mine) + i] for i in range(len(test))]]
         arrays[f"{cond}_y_test"] = np.array([v[4] for v in test], np.int64)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.stem + ".tmp.npz")
-        np.savez_compressed(tmp, **arrays)
-        os.replace(tmp, path)
+        save_npz(path, **arrays)
         log.info("sim_views: rendered %d train + %d x %d test views -> %s", len(train), len(test),
                  len(conditions), path)
     return _domains(arrays, conditions)
