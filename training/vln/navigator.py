@@ -220,7 +220,7 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
               "fingerprint": cfg.fingerprint(), "config": cfg.to_dict()}
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=float))
     state["phase"] = "done"
-    state_path.write_text(json.dumps(state))
+    write_text(state_path, json.dumps(state))
     return result
 
 
