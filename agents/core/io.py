@@ -1,45 +1,119 @@
 """Atomic file writes: a reader, or a resume after a crash, sees the old file or the new one, never half of one.
 
-Every cache, checkpoint and recording the project writes goes through these helpers, so a write killed part way
-(Ctrl-C, out of memory, a pre-empted job) leaves the previous file in place and no stray temporary files.
+The project's caches, checkpoints and state files are written through these helpers, so a write interrupted by an
+exception (Ctrl-C included) leaves the previous file in place and removes its temporary. A process killed outright
+(SIGKILL, the OOM killer) can leave a temporary behind: hidden (``.name.<pid>.<token>.tmp...``), never read in
+place of the target; :func:`is_temporary` tells readers that list folders to skip it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import secrets
+import shutil
+import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "save_npz", "write_bytes", "write_text"]
+log = logging.getLogger(__name__)
+
+__all__ = ["NPZ_READ_ERRORS", "atomic_dir", "atomic_path", "is_temporary", "save_npz", "write_bytes", "write_text"]
+
+_TMP_MARK = ".tmp"
+
+#: What ``np.load`` of a missing, truncated or corrupt ``.npz`` raises (plus ``KeyError`` for a missing array):
+#: catch these to turn an unreadable cache into a rebuild or a clear error.
+NPZ_READ_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
+                                                    zlib.error)
+
+
+def _temporary(path: Path, suffix: str) -> Path:
+    """A hidden sibling of ``path``, unique per process and per call, ending with ``suffix``."""
+    return path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}{_TMP_MARK}{suffix}")
+
+
+def is_temporary(path: str | Path) -> bool:
+    """Whether ``path`` is a temporary of these helpers (left by a killed writer); folder readers skip these."""
+    name = Path(path).name
+    return name.startswith(".") and _TMP_MARK in name
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDWR)  # write access: Windows' FlushFileBuffers needs it
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    try:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as exc:  # never hide the writer's own error behind a clean-up failure
+        log.warning("could not remove the temporary %s: %s", path, exc)
 
 
 @contextmanager
 def atomic_path(path: str | Path, suffix: str | None = None) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; when the block ends without an exception it replaces ``path``
-    (``os.replace``, atomic on POSIX and Windows), otherwise it is deleted and ``path`` is left untouched.
+    """Yield a temporary file path beside ``path``; when the block ends without an exception the file is flushed
+    to disk and replaces ``path`` (``os.replace``: atomic on POSIX and Windows), otherwise it is deleted and
+    ``path`` is left untouched.
 
-    The temporary name is hidden, unique per process and ends with ``suffix`` (default: ``path``'s own, for
-    writers that choose a format by the name: ``.x.<pid>.tmp.npz``). Parent folders are created.
+    The temporary ends with ``suffix`` (default: ``path``'s own, for writers that choose a format by the name).
+    Parent folders are created. ``path`` ends up a regular file (a symlink there is replaced, not followed).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix if suffix is None else suffix}")
+    tmp = _temporary(path, path.suffix if suffix is None else suffix)
     try:
         yield tmp
+        _fsync_file(tmp)
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp.exists():
+            _remove(tmp)
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``path``; when the block ends without an exception it takes
+    ``path``'s place (an existing folder there is moved aside, then deleted), otherwise it is deleted and
+    ``path`` is left untouched. For writers that produce a folder (``save_pretrained``, checkpoints)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path, "")
+    tmp.mkdir()
+    try:
+        yield tmp
+        old = None
+        if path.exists() or path.is_symlink():
+            old = _temporary(path, ".old")
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if old is not None:
+                os.replace(old, path)
+            raise
+        if old is not None:
+            _remove(old)
+    finally:
+        if tmp.exists():
+            _remove(tmp)
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (flushed to disk before the rename); returns the path."""
+    """Write ``data`` to ``path`` atomically; returns the path."""
     path = Path(path)
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
     return path
 
 
@@ -57,9 +131,4 @@ def save_npz(path: str | Path, compressed: bool = True, **arrays: Any) -> Path:
     save = np.savez_compressed if compressed else np.savez
     with atomic_path(path, suffix=".npz") as tmp:  # numpy keeps a name ending in .npz as it is
         save(tmp, **arrays)  # by name, not an open file: numpy does not close its zip when a write fails
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
     return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.core.io import atomic_path, save_npz, write_bytes, write_text
+from agents.core.io import atomic_dir, atomic_path, is_temporary, save_npz, write_bytes, write_text
 
 
 def _leftovers(folder):
@@ -58,14 +58,52 @@ def test_failed_npz_write_keeps_the_old_arrays(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
-def test_replace_overwrites_and_temporary_is_hidden_and_per_process(tmp_path):
+def test_replace_overwrites_and_temporaries_are_hidden_and_unique(tmp_path):
     import os
 
     path = tmp_path / "x.pt"
     write_bytes(path, b"old")
-    with atomic_path(path) as tmp:
+    with atomic_path(path) as tmp, atomic_path(path) as tmp2:
         assert tmp.parent == path.parent and tmp.name.startswith(".") and str(os.getpid()) in tmp.name
-        assert tmp.suffix == ".pt"
+        assert tmp.suffix == ".pt" and tmp != tmp2 and is_temporary(tmp) and not is_temporary(path)
         tmp.write_bytes(b"new")
+        tmp2.write_bytes(b"newer")
         assert path.read_bytes() == b"old"  # not visible before the block ends
-    assert path.read_bytes() == b"new"
+    assert path.read_bytes() == b"new"  # the outer block ends last
+    assert _leftovers(tmp_path) == []
+
+
+def test_data_is_flushed_to_disk_before_the_rename(tmp_path, monkeypatch):
+    import agents.core.io as io
+
+    events = []
+    real_fsync, real_replace = io.os.fsync, io.os.replace
+    monkeypatch.setattr(io.os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(io.os, "replace", lambda a, b: (events.append("replace"), real_replace(a, b))[1])
+    save_npz(tmp_path / "a.npz", a=np.ones(2))
+    write_text(tmp_path / "b.json", "{}")
+    with atomic_path(tmp_path / "c.bin") as tmp:
+        tmp.write_bytes(b"c")
+    assert events == ["fsync", "replace"] * 3
+
+
+def test_write_bytes_failure_leaves_nothing(tmp_path):
+    with pytest.raises(TypeError):
+        write_bytes(tmp_path / "x.bin", "not bytes")  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_dir_swaps_whole_folders(tmp_path):
+    path = tmp_path / "ckpt"
+    with atomic_dir(path) as tmp:
+        assert tmp.is_dir() and not any(tmp.iterdir()) and is_temporary(tmp)
+        (tmp / "a.txt").write_text("1")
+        assert not path.exists()
+    with atomic_dir(path) as tmp:
+        (tmp / "b.txt").write_text("2")
+    assert sorted(p.name for p in path.iterdir()) == ["b.txt"]  # replaced, not merged
+    with pytest.raises(RuntimeError), atomic_dir(path) as tmp:
+        (tmp / "c.txt").write_text("half")
+        raise RuntimeError("killed")
+    assert sorted(p.name for p in path.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]

@@ -192,3 +192,15 @@ def test_two_process_cpu_data_parallel(tiny_base, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["processes"] == 2 and summary["steps"] == 2
+
+
+def test_checkpoint_listing_ignores_temporaries_and_other_names(tmp_path):
+    from training.vla.trainer import checkpoints, latest_checkpoint
+
+    root = tmp_path / "checkpoints"
+    for name in ("step_2", "step_10", "step_3.tmp", ".step_40.123.ab12cd34.tmp", "step_x"):
+        (root / name).mkdir(parents=True)
+    (root / "step_7").write_text("a file, not a checkpoint")
+    assert [p.name for p in checkpoints(tmp_path)] == ["step_2", "step_10"]  # by step, not by name
+    assert latest_checkpoint(tmp_path).name == "step_10"
+    assert latest_checkpoint(tmp_path / "none") is None

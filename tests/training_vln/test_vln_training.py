@@ -3,6 +3,7 @@ checkpoints resume, the lifelong protocol's bookkeeping, and clear errors on bad
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -140,6 +141,54 @@ def test_checkpoint_resume(cfg, tmp_path, monkeypatch):
     other = VLNTrainConfig(**{**BASE, "steps": 6})
     with pytest.raises(ValueError, match="different config"):
         nav.train_navigator(other, tmp_path, resume=True, progress=False)
+
+
+def test_resume_after_a_kill_between_samples_and_state_keeps_no_duplicates(cfg, tmp_path, monkeypatch):
+    import training.vln.navigator as nav
+
+    real_save, real_collect = nav.save_samples, nav._collect_phase
+    collected: list[int] = []
+
+    def collect(*a, **k):
+        out = real_collect(*a, **k)
+        collected.append(len(out))
+        return out
+
+    def killed_after_dagger_samples(path, samples):
+        real_save(path, samples)
+        if len(collected) == 2:
+            raise KeyboardInterrupt  # the DAgger samples are on disk, the state does not list the phase yet
+
+    monkeypatch.setattr(nav, "_collect_phase", collect)
+    monkeypatch.setattr(nav, "save_samples", killed_after_dagger_samples)
+    with pytest.raises(KeyboardInterrupt):
+        nav.train_navigator(cfg, tmp_path, progress=False)
+    assert json.loads((tmp_path / "state.json").read_text())["collected"] == ["bc"]
+    assert len(nav.load_samples(tmp_path / "samples.npz")) == collected[0] + collected[1]
+    monkeypatch.setattr(nav, "save_samples", real_save)
+    result = nav.train_navigator(cfg, tmp_path, resume=True, progress=False)
+    assert len(collected) == 3  # DAgger collected again on resume
+    assert result["samples"] == collected[0] + collected[2]  # its first collection is not kept twice
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporaries left
+
+
+def test_samples_write_is_atomic(tmp_path, monkeypatch):
+    from training.vln.data import Sample
+    from training.vln.navigator import load_samples, save_samples
+
+    img = np.zeros((4, 4, 3), np.uint8)
+    path = tmp_path / "samples.npz"
+    save_samples(path, [Sample(img, "go", "stop", 0, 0)])
+
+    def dies_half_way(file, **arrays):
+        Path(file).write_bytes(b"PK\x03\x04 half a zip")
+        raise MemoryError
+
+    monkeypatch.setattr(np, "savez_compressed", dies_half_way)
+    with pytest.raises(MemoryError):
+        save_samples(path, [Sample(img, "go", "forward", 0, 0)] * 3)
+    assert [s.target for s in load_samples(path)] == ["stop"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.npz"]
 
 
 def test_samples_round_trip_and_a_truncated_file_is_a_clear_error(tmp_path):

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.core.io import atomic_dir
 from training.vla.config import LoopSettings
 
 log = logging.getLogger(__name__)
@@ -94,10 +95,16 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def checkpoints(out_dir: str | Path) -> list[Path]:
+    """The ``step_<N>`` checkpoint folders in ``out_dir/checkpoints``, by step (other names are ignored)."""
+    root = Path(out_dir) / "checkpoints"
+    found = [p for p in root.glob(f"{CKPT_PREFIX}*") if p.is_dir() and p.name[len(CKPT_PREFIX):].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(CKPT_PREFIX):]))
+
+
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
     """The checkpoint directory with the highest step in ``out_dir/checkpoints`` (None if there is none)."""
-    root = Path(out_dir) / "checkpoints"
-    ckpts = sorted(root.glob(f"{CKPT_PREFIX}*"), key=lambda p: int(p.name[len(CKPT_PREFIX):]))
+    ckpts = checkpoints(out_dir)
     return ckpts[-1] if ckpts else None
 
 
@@ -105,14 +112,10 @@ def save_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any, step
     """Trainable weights, optimizer and scheduler state, RNG states and the step, written atomically."""
     import torch
 
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save({"trainable": trainable_state(model), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "rng": _rng_state(), "step": step}, tmp / "state.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **extra}, indent=1, default=float))
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)
+    with atomic_dir(path) as tmp:
+        torch.save({"trainable": trainable_state(model), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "rng": _rng_state(), "step": step}, tmp / "state.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **extra}, indent=1, default=float))
 
 
 def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> int:
@@ -220,9 +223,7 @@ def train_loop(model: Any, samples: Sequence[Any], collate: Any, s: LoopSettings
                 path = out / "checkpoints" / f"{CKPT_PREFIX}{step}"
                 save_checkpoint(path, acc.unwrap_model(model), opt, sched, step,
                                 {"loss": mean_loss, "total_steps": total, "samples": len(samples)})
-                old = sorted((out / "checkpoints").glob(f"{CKPT_PREFIX}*"),
-                             key=lambda p: int(p.name[len(CKPT_PREFIX):]))
-                for p in old[:-s.keep_checkpoints]:
+                for p in checkpoints(out)[:-s.keep_checkpoints]:
                     shutil.rmtree(p, ignore_errors=True)
     bar.close()
     acc.wait_for_everyone()

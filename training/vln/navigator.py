@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agents.core.io import atomic_path, save_npz, write_text
+from agents.core.io import NPZ_READ_ERRORS, atomic_dir, atomic_path, save_npz, write_text
 from agents.vln.modeling_vln import AlldayWalkerPolicy
 from agents.vln.processor_vln import VLNProcessor
 from sim.core.env import NavEnvConfig
@@ -119,10 +118,13 @@ def save_samples(path: Path, samples: list[Sample]) -> None:
 def load_samples(path: Path) -> list[Sample]:
     """Read :func:`save_samples`' file; a missing, truncated or foreign file raises ``ValueError`` naming it."""
     try:
-        with np.load(path) as d:
+        d = np.load(path)
+        if not isinstance(d, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with d:
             return [Sample(img, str(p), str(t), int(i[0]), int(i[1]))
                     for img, p, t, i in zip(d["image"], d["prompt"], d["target"], d["ids"], strict=True)]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+    except NPZ_READ_ERRORS as exc:
         raise ValueError(f"unreadable imitation samples {path} ({type(exc).__name__}: {exc}); "
                          "start the run again without --resume or with another --out") from exc
 
@@ -178,7 +180,9 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
                         accelerator=_accelerator())
     if (out / "optim.pt").is_file() and resume:
         trainer.optimizer.load_state_dict(torch.load(out / "optim.pt", weights_only=True))
-    samples = load_samples(out / "samples.npz") if state["collected"] else []
+    # the samples file is replaced before the state: a run killed between the two has samples of a phase the state
+    # does not list yet, which is collected again, so keep the samples the state counted
+    samples = load_samples(out / "samples.npz")[:state.get("samples")] if state["collected"] else []
     scene = cfg.scene_grounding_config()
     cotrain = []
     if scene is not None and scene.cotrain > 0:
@@ -187,8 +191,9 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
         cotrain = cotrain_samples(cfg, scene, progress, cache=out / "backbone" / SCENE_SET)
 
     def checkpoint() -> None:
-        bundle.model.save_pretrained(str(out / "model"))
-        bundle.processor.save_pretrained(str(out / "model"))
+        with atomic_dir(out / "model") as tmp:
+            bundle.model.save_pretrained(str(tmp))
+            bundle.processor.save_pretrained(str(tmp))
         with atomic_path(out / "optim.pt") as tmp:
             torch.save(trainer.optimizer.state_dict(), tmp)
         write_text(state_path, json.dumps(state))
@@ -200,6 +205,7 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
             samples += _collect_phase(cfg, phase, bundle, agent_cfg, train_eps, train_gts, progress)
             save_samples(out / "samples.npz", samples)
             state["collected"].append(phase)
+            state["samples"] = len(samples)
             checkpoint()
         total = cfg.steps if phase == "bc" else cfg.dagger_steps
         while state["phase_step"] < total:

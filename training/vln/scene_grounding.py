@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from agents.core.config import check_ints, check_numbers, config_from_dict
-from agents.core.io import save_npz
+from agents.core.io import NPZ_READ_ERRORS, save_npz
 from agents.vln.actions import GOAL_WORDS
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress
                     return [(f, str(q), str(a), int(n)) for f, q, a, n in zip(d["frame"], d["question"], d["answer"],
                                                                               d["pixels"])]
             log.info("scene questions cache %s is for other settings; rebuilding it", cache)
-        except (OSError, ValueError, KeyError) as exc:
+        except NPZ_READ_ERRORS as exc:
             log.warning("unreadable scene questions cache %s (%s); rebuilding it", cache, exc)
     items = _build_scene_set(nav_cfg, split, cfg, progress)
     if cache is not None and items:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.core.io import save_npz
+from agents.core.io import is_temporary, save_npz
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def load_episode(path: str | Path) -> Episode:
 def load_episodes(directory: str | Path) -> list[Episode]:
     """Every ``*.npz`` episode in ``directory`` (sorted by name)."""
     directory = Path(directory)
-    files = sorted(directory.glob("*.npz"))
+    files = sorted(f for f in directory.glob("*.npz") if not is_temporary(f))  # a killed writer's temporaries
     if not files:
         raise FileNotFoundError(f"no episode files (*.npz) in {directory}")
     return [load_episode(f) for f in files]
