@@ -1,7 +1,9 @@
 """Atomic file writes: a reader, or a resume after a crash, sees the old file or the new one, never half of one.
 
-The project's caches, checkpoints and state files are written through these helpers, so a write interrupted by an
-exception (Ctrl-C included) leaves the previous file in place and removes its temporary. A process killed outright
+Caches, training checkpoints and state, and the files AlldayWalker adds to a saved policy are written through
+these helpers (Hugging Face ``save_pretrained`` folders are swapped whole with :func:`atomic_dir` where the project
+owns the folder), so a write interrupted by an exception (Ctrl-C included) leaves the previous file in place and
+removes its temporary. A process killed outright
 (SIGKILL, the OOM killer) can leave a temporary behind: hidden (``.name.<pid>.<token>.tmp...``), never read in
 place of the target; :func:`is_temporary` tells readers that list folders to skip it.
 """

@@ -14,6 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from agents.core.io import atomic_path, write_text
+
 log = logging.getLogger(__name__)
 
 EXPERTS_NAME = "tuka_experts.safetensors"
@@ -94,8 +96,9 @@ class TuckerExpertBank:
         from safetensors.torch import save_file
 
         tensors = {f"{n}::{k}": v.detach().contiguous().cpu() for n, f in self.factors.items() for k, v in f.items()}
-        save_file(tensors, str(Path(directory, EXPERTS_NAME)))
-        Path(directory, EXPERTS_META).write_text(json.dumps(
+        with atomic_path(Path(directory, EXPERTS_NAME)) as tmp:
+            save_file(tensors, str(tmp))
+        write_text(Path(directory, EXPERTS_META), json.dumps(
             {"scaling": self.scaling, "num_scenes": self.num_scenes, "num_envs": self.num_envs}))
 
     @classmethod

@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from agents.core.io import atomic_path
+
 PROTOTYPES_NAME = "prototypes.safetensors"
 
 
@@ -94,9 +96,10 @@ class PrototypeTable:
     def save(self, directory: str | Path) -> None:
         from safetensors.torch import save_file
 
-        save_file({"scene": self.scene.contiguous(), "env": self.env.contiguous(),
-                   "scene_origin": self.scene_origin.contiguous(), "env_origin": self.env_origin.contiguous()},
-                  str(Path(directory, PROTOTYPES_NAME)))
+        with atomic_path(Path(directory, PROTOTYPES_NAME)) as tmp:
+            save_file({"scene": self.scene.contiguous(), "env": self.env.contiguous(),
+                       "scene_origin": self.scene_origin.contiguous(), "env_origin": self.env_origin.contiguous()},
+                      str(tmp))
 
     @classmethod
     def load(cls, directory: str | Path) -> "PrototypeTable":
