@@ -1,0 +1,182 @@
+#!/usr/bin/env python
+"""Combine full runs of ``benchmarks/vlm2vla.py`` (one per seed: a *draw*) into one table and plot.
+
+Each argument is a run's ``results.json`` or its ``--out`` folder (``<out>/full/results.json`` is read). Runs with
+different settings are refused (``--allow-mixed`` combines them anyway and lists the differences). Writes a Markdown
+table (per draw and mean +- sd of VQA retention, Lift success free / constrained, malformed rate, the blind floor)
+and a PNG; the last stdout line is one JSON object with the means and how many draws keep the paper's ordering.
+
+    python scripts/vlm2vla_draws.py runs/s0 runs/s1 runs/s2 --labels 0,1,2 --md docs/vlm2vla_draws.md \\
+        --png docs/vlm2vla_draws.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("vlm2vla_draws")
+LANG, AT = "VLM2VLA", "VLM2VLA-AT"
+
+
+def load_draw(path: Path) -> dict[str, Any]:
+    """A run's results (``path`` = the JSON file or the run's ``--out`` folder); ``ValueError`` if it is not one."""
+    f = path / "full" / "results.json" if path.is_dir() else path
+    try:
+        res = json.loads(f.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{f}: not a readable vlm2vla results file ({exc})") from exc
+    if not isinstance(res, dict) or res.get("mode") != "full" or not isinstance(res.get("methods"), dict):
+        raise ValueError(f"{f}: not the results of a full benchmarks/vlm2vla.py run")
+    return res
+
+
+def _mean_sd(xs: list[float], pct: bool = False) -> str:
+    if not xs:
+        return "-"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    if pct:
+        return f"{100 * statistics.fmean(xs):.0f}% +- {100 * sd:.0f}"
+    return f"{statistics.fmean(xs):.2f} +- {sd:.2f}"
+
+
+def summarize(draws: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per method: retention, free and constrained success, malformed rate per draw; the blind floor per draw; the
+    number of draws where VLM2VLA retains more than VLM2VLA-AT and where each method beats the blind floor."""
+    methods = list(dict.fromkeys(m for r in draws.values() for m in r["methods"]))
+    out: dict[str, Any] = {"labels": list(draws), "methods": {}, "blind": [], "pretrained": []}
+    for r in draws.values():
+        out["blind"].append(r.get("blind_replay", {}).get("success"))
+        out["pretrained"].append(r["vqa_pretrained"]["accuracy"])
+    for m in methods:
+        rows = [r["methods"].get(m) for r in draws.values()]
+        out["methods"][m] = {
+            "retention": [x["retention"] if x else None for x in rows],
+            "success": [x["success"] if x else None for x in rows],
+            "constrained": [x["constrained"]["success"] if x and "constrained" in x else None for x in rows],
+            "malformed": [x["malformed_rate"] if x else None for x in rows],
+            "above_blind": sum(1 for x, b in zip(rows, out["blind"]) if x and b is not None and x["success"] > b)}
+    lang, at = out["methods"].get(LANG), out["methods"].get(AT)
+    if lang and at:
+        pairs = [(a, b) for a, b in zip(lang["retention"], at["retention"]) if a is not None and b is not None]
+        out["lang_over_at_retention"] = sum(a > b for a, b in pairs)
+        pairs = [(a, b) for a, b in zip(lang["success"], at["success"]) if a is not None and b is not None]
+        out["lang_over_at_success"] = sum(a > b for a, b in pairs)
+    return out
+
+
+def markdown(s: dict[str, Any]) -> str:
+    labels = s["labels"]
+    head = "| method | measure | " + " | ".join(f"draw {x}" for x in labels) + " | mean +- sd |"
+    lines = [head, "|---|---|" + "---|" * (len(labels) + 1)]
+
+    def fmt(v: float | None, pct: bool) -> str:
+        return "-" if v is None else (f"{100 * v:.0f}%" if pct else f"{v:.2f}")
+
+    def add(name: str, measure: str, xs: list[float | None], pct: bool = False) -> None:
+        vals = [x for x in xs if x is not None]
+        lines.append(f"| {name} | {measure} | " + " | ".join(fmt(x, pct) for x in xs) + f" | {_mean_sd(vals, pct)} |")
+
+    add("pre-trained", "VQA accuracy", s["pretrained"])
+    for m, d in s["methods"].items():
+        add(m, "VQA retained", d["retention"], pct=True)
+        add(m, "Lift success (free)", d["success"])
+        if any(x is not None for x in d["constrained"]):
+            add(m, "Lift success (constrained)", d["constrained"])
+        add(m, "malformed (free)", d["malformed"])
+    add("blind replay", "Lift success", s["blind"])
+    n = len(labels)
+    lines += [""] + [f"- {m} above the blind floor (free) in {d['above_blind']} of {n} draws"
+                     for m, d in s["methods"].items()]
+    if "lang_over_at_retention" in s:
+        lines.append(f"- {LANG} retains more VQA than {AT} in {s['lang_over_at_retention']} of {n} draws and succeeds "
+                     f"more often in {s['lang_over_at_success']} of {n}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(s: dict[str, Any], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(s["methods"])
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
+    for i, m in enumerate(names):
+        d = s["methods"][m]
+        for a, key, scale in ((ax[0], "retention", 100), (ax[1], "success", 100)):
+            xs = [x for x in d[key] if x is not None]
+            if xs:
+                a.bar(i, scale * statistics.fmean(xs), 0.6, color="tab:blue" if key == "retention" else "tab:green",
+                      alpha=0.5)
+                a.scatter([i] * len(xs), [scale * x for x in xs], c="k", s=12, zorder=3)
+    ax[0].axhline(85, ls="--", c="k", lw=1, label="paper's claim (85%)")
+    ax[0].set_ylabel("VQA accuracy retained (%)")
+    blind = [b for b in s["blind"] if b is not None]
+    if blind:
+        ax[1].axhline(100 * statistics.fmean(blind), ls=":", c="tab:red", lw=1.2, label="blind replay (mean)")
+    ax[1].set_ylabel("Lift success, free generation (%)")
+    ax[1].set_ylim(0, 100)
+    for a in ax:
+        a.set_xticks(range(len(names)), names)
+        a.tick_params(axis="x", labelsize=7)
+        a.legend(fontsize=8)
+    fig.suptitle(f"VLM2VLA over {len(s['labels'])} draws (bars: mean, dots: draws)")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", type=Path, help="results.json files or benchmarks/vlm2vla.py --out folders")
+    p.add_argument("--labels", default=None, help="comma-separated draw labels (default: 1, 2, ...)")
+    p.add_argument("--md", type=Path, default=None, help="write the Markdown table here")
+    p.add_argument("--png", type=Path, default=None, help="write the plot here")
+    p.add_argument("--allow-mixed", action="store_true", help="combine runs whose settings differ")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    labels = args.labels.split(",") if args.labels else [str(i + 1) for i in range(len(args.runs))]
+    if len(labels) != len(args.runs) or len(set(labels)) != len(labels):
+        p.error(f"--labels needs {len(args.runs)} distinct labels, got {labels}")
+    try:
+        draws = {lab: load_draw(r) for lab, r in zip(labels, args.runs)}
+    except ValueError as exc:
+        p.error(str(exc))
+    first = next(iter(draws.values()))["settings"]
+    diff = {k for r in draws.values() for k in set(first) | set(r["settings"]) if r["settings"].get(k) != first.get(k)}
+    if diff:
+        if not args.allow_mixed:
+            p.error(f"the runs' settings differ in {sorted(diff)}; give --allow-mixed to combine them anyway")
+        log.warning("combining runs whose settings differ in %s", sorted(diff))
+    s = summarize(draws)
+    table = markdown(s)
+    if args.md:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(table)
+    else:
+        sys.stdout.write(table)
+    if args.png:
+        plot(s, args.png)
+    def mean(xs: list[float | None]) -> float | None:
+        vals = [x for x in xs if x is not None]
+        return statistics.fmean(vals) if vals else None
+
+    line = {"draws": len(draws),
+            "retention": {m: mean(d["retention"]) for m, d in s["methods"].items()},
+            "success": {m: mean(d["success"]) for m, d in s["methods"].items()},
+            "blind": mean(s["blind"]),
+            "lang_over_at_retention": s.get("lang_over_at_retention"),
+            "lang_over_at_success": s.get("lang_over_at_success")}
+    print(json.dumps(line))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""scripts/vlm2vla_draws.py: combining benchmark draws into one table, plot and JSON line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "vlm2vla_draws.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+
+
+def _draw(tmp: Path, name: str, lang: tuple, at: tuple, blind: float, settings: dict | None = None) -> Path:
+    def method(ret, succ, constr=None):
+        m = {"retention": ret, "success": succ, "malformed_rate": 0.01, "episodes": 50}
+        if constr is not None:
+            m["constrained"] = {"success": constr}
+        return m
+
+    res = {"mode": "full", "settings": settings or {"ft_steps": 2000, "episodes": 50},
+           "vqa_pretrained": {"accuracy": 0.6}, "blind_replay": {"success": blind},
+           "methods": {"VLM2VLA": method(*lang), "VLM2VLA-AT": method(*at), "binned (OpenVLA-style)": method(0.3, 0.0)}}
+    run = tmp / name / "full"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps(res))
+    return tmp / name
+
+
+def test_draws_are_combined(tmp_path):
+    a = _draw(tmp_path, "s0", (0.7, 0.30, 0.30), (0.6, 0.16, 0.2), 0.40)
+    b = _draw(tmp_path, "s1", (0.5, 0.50, 0.40), (0.8, 0.20, 0.2), 0.38)
+    res = _run(str(a), str(b / "full" / "results.json"), "--labels", "0,1", "--md", str(tmp_path / "t.md"),
+               "--png", str(tmp_path / "p.png"))
+    assert res.returncode == 0, res.stderr
+    line = json.loads(res.stdout.strip().splitlines()[-1])
+    assert line["draws"] == 2 and line["retention"]["VLM2VLA"] == pytest.approx(0.6)
+    assert line["success"]["VLM2VLA-AT"] == pytest.approx(0.18) and line["blind"] == pytest.approx(0.39)
+    assert line["lang_over_at_retention"] == 1 and line["lang_over_at_success"] == 2
+    md = (tmp_path / "t.md").read_text()
+    assert "| VLM2VLA | VQA retained | 70% | 50% | 60% +- 14 |" in md
+    assert "- VLM2VLA above the blind floor (free) in 1 of 2 draws" in md  # 0.30 < 0.40, 0.50 > 0.38
+    assert "| VLM2VLA | Lift success (constrained) | 0.30 | 0.40 |" in md
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_mixed_settings_and_bad_files_are_refused(tmp_path):
+    a = _draw(tmp_path, "s0", (0.7, 0.3), (0.6, 0.1), 0.4)
+    b = _draw(tmp_path, "s1", (0.7, 0.3), (0.6, 0.1), 0.4, settings={"ft_steps": 500, "episodes": 50})
+    res = _run(str(a), str(b))
+    assert res.returncode == 2 and "settings differ in ['ft_steps']" in res.stderr
+    assert _run(str(a), str(b), "--allow-mixed").returncode == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"mode": "quick"}')
+    res = _run(str(a), str(bad))
+    assert res.returncode == 2 and "not the results of a full" in res.stderr
+    assert _run(str(a), "--labels", "x,y").returncode == 2
+    assert "usage" in _run("--help").stdout
