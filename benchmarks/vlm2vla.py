@@ -186,7 +186,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     pre = vqa_accuracy(load_vlm(pretrained), test)
     log.info("pre-trained VQA: %s (majority baseline %.3f)", pre, majority_baseline(train, test))
     _stage("pre-training", t0)
-    results: dict[str, Any] = {"mode": mode, "settings": {k: v for k, v in m.items() if k != "model"},
+    results: dict[str, Any] = {"mode": mode, "seed": seed, "settings": {k: v for k, v in m.items() if k != "model"},
                                "vqa_pretrained": pre, "vqa_majority_baseline": majority_baseline(
         train, test), "vqa_test_questions": len(test), "demos": len(demos), "methods": {}}
     task = ManipTask(task="lift", image_size=m["image"])

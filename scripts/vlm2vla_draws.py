@@ -136,19 +136,21 @@ def plot(s: dict[str, Any], png: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", type=Path, help="results.json files or benchmarks/vlm2vla.py --out folders")
-    p.add_argument("--labels", default=None, help="comma-separated draw labels (default: 1, 2, ...)")
+    p.add_argument("--labels", default=None, help="comma-separated draw labels (default: each run's seed)")
     p.add_argument("--md", type=Path, default=None, help="write the Markdown table here")
     p.add_argument("--png", type=Path, default=None, help="write the plot here")
     p.add_argument("--allow-mixed", action="store_true", help="combine runs whose settings differ")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    labels = args.labels.split(",") if args.labels else [str(i + 1) for i in range(len(args.runs))]
-    if len(labels) != len(args.runs) or len(set(labels)) != len(labels):
-        p.error(f"--labels needs {len(args.runs)} distinct labels, got {labels}")
     try:
-        draws = {lab: load_draw(r) for lab, r in zip(labels, args.runs)}
+        loaded = [load_draw(r) for r in args.runs]
     except ValueError as exc:
         p.error(str(exc))
+    labels = (args.labels.split(",") if args.labels else
+              [str(r.get("seed", f"#{i + 1}")) for i, r in enumerate(loaded)])  # runs since 2026-12-04 record it
+    if len(labels) != len(args.runs) or len(set(labels)) != len(labels):
+        p.error(f"--labels needs {len(args.runs)} distinct labels, got {labels}")
+    draws = dict(zip(labels, loaded))
     first = next(iter(draws.values()))["settings"]
     diff = {k for r in draws.values() for k in set(first) | set(r["settings"]) if r["settings"].get(k) != first.get(k)}
     if diff:

@@ -24,7 +24,7 @@ def _draw(tmp: Path, name: str, lang: tuple, at: tuple, blind: float, settings: 
             m["constrained"] = {"success": constr}
         return m
 
-    res = {"mode": "full", "settings": settings or {"ft_steps": 2000, "episodes": 50},
+    res = {"mode": "full", "seed": int(name[1:]), "settings": settings or {"ft_steps": 2000, "episodes": 50},
            "vqa_pretrained": {"accuracy": 0.6}, "blind_replay": {"success": blind},
            "methods": {"VLM2VLA": method(*lang), "VLM2VLA-AT": method(*at), "binned (OpenVLA-style)": method(0.3, 0.0)}}
     run = tmp / name / "full"
@@ -36,7 +36,7 @@ def _draw(tmp: Path, name: str, lang: tuple, at: tuple, blind: float, settings: 
 def test_draws_are_combined(tmp_path):
     a = _draw(tmp_path, "s0", (0.7, 0.30, 0.30), (0.6, 0.16, 0.2), 0.40)
     b = _draw(tmp_path, "s1", (0.5, 0.50, 0.40), (0.8, 0.20, 0.2), 0.38)
-    res = _run(str(a), str(b / "full" / "results.json"), "--labels", "0,1", "--md", str(tmp_path / "t.md"),
+    res = _run(str(a), str(b / "full" / "results.json"), "--md", str(tmp_path / "t.md"),  # labelled by seed
                "--png", str(tmp_path / "p.png"))
     assert res.returncode == 0, res.stderr
     line = json.loads(res.stdout.strip().splitlines()[-1])
@@ -44,6 +44,7 @@ def test_draws_are_combined(tmp_path):
     assert line["success"]["VLM2VLA-AT"] == pytest.approx(0.18) and line["blind"] == pytest.approx(0.39)
     assert line["lang_over_at_retention"] == 1 and line["lang_over_at_success"] == 2
     md = (tmp_path / "t.md").read_text()
+    assert "| method | measure | draw 0 | draw 1 | mean +- sd |" in md
     assert "| VLM2VLA | VQA retained | 70% | 50% | 60% +- 14 |" in md
     assert "- VLM2VLA above the blind floor (free) in 1 of 2 draws" in md  # 0.30 < 0.40, 0.50 > 0.38
     assert "| VLM2VLA | Lift success (constrained) | 0.30 | 0.40 |" in md
