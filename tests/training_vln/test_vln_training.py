@@ -172,6 +172,29 @@ def test_resume_after_a_kill_between_samples_and_state_keeps_no_duplicates(cfg, 
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporaries left
 
 
+def test_base_navigator_survives_a_kill_during_its_clean_up(tmp_path, monkeypatch):
+    import training.vln.navigator as nav
+
+    c = VLNTrainConfig(**BASE, cache_dir=str(tmp_path))
+    real_drop, real_train = nav._drop_training_leftovers, nav.train_navigator
+
+    def killed(root):
+        (root / "samples.npz").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(nav, "_drop_training_leftovers", killed)
+    with pytest.raises(KeyboardInterrupt):
+        nav.base_navigator(c, progress=False)
+    root = tmp_path / f"base-{c.fingerprint()}"
+    again = real_train(c, root, resume=True, progress=False)  # a finished run resumes without its samples
+    assert again["steps"] == c.steps + c.dagger_steps
+    monkeypatch.setattr(nav, "_drop_training_leftovers", real_drop)
+    monkeypatch.setattr(nav, "train_navigator", lambda *a, **k: pytest.fail("retrained a finished base navigator"))
+    final, metrics = nav.base_navigator(c, progress=False)
+    assert (final / "vln_config.json").is_file() and "normal" in metrics["metrics"]
+    assert not (root / "optim.pt").exists() and not (root / "backbone").exists()
+
+
 def test_samples_write_is_atomic(tmp_path, monkeypatch):
     from training.vln.data import Sample
     from training.vln.navigator import load_samples, save_samples

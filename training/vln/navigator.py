@@ -182,7 +182,8 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
         trainer.optimizer.load_state_dict(torch.load(out / "optim.pt", weights_only=True))
     # the samples file is replaced before the state: a run killed between the two has samples of a phase the state
     # does not list yet, which is collected again, so keep the samples the state counted
-    samples = load_samples(out / "samples.npz")[:state.get("samples")] if state["collected"] else []
+    training_left = state["phase"] not in ("eval", "done")  # a finished run may have dropped its samples
+    samples = load_samples(out / "samples.npz")[:state.get("samples")] if state["collected"] and training_left else []
     scene = cfg.scene_grounding_config()
     cotrain = []
     if scene is not None and scene.cotrain > 0:
@@ -260,13 +261,19 @@ def base_navigator(cfg: VLNTrainConfig, progress: bool = True) -> tuple[Path, di
     """The pre-trained base navigator for ``cfg`` from the cache (``cache_dir/base-<hash>``), trained on a miss."""
     root = Path(cfg.cache_dir) / f"base-{cfg.fingerprint()}"
     if (root / DONE).is_file() and (root / "final").is_dir():
+        _drop_training_leftovers(root)  # a run killed while cleaning up after DONE
         return root / "final", json.loads((root / "metrics.json").read_text())
     result = train_navigator(cfg, root, resume=True, progress=progress)
+    write_text(root / DONE, cfg.fingerprint())  # first: a kill during the clean-up below must not retrain
+    _drop_training_leftovers(root)
+    return root / "final", result
+
+
+def _drop_training_leftovers(root: Path) -> None:
+    """Delete what only a resume needs (optimizer state, samples, the untrained backbone) from a finished run."""
     for junk in ("optim.pt", "samples.npz", "backbone"):
         p = root / junk
         if p.is_dir():
             shutil.rmtree(p)
         elif p.exists():
             p.unlink()
-    (root / DONE).write_text(cfg.fingerprint())
-    return root / "final", result
