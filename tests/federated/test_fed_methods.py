@@ -196,6 +196,16 @@ def test_resume_from_checkpoint_loses_no_round(tmp_path) -> None:
         torch.testing.assert_close(done.state[k], straight.state[k], atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="method"):
         FedServer(cfg.replace(method="hetlora"))
+    with pytest.raises(ValueError, match=r"other settings \(lr\)"):
+        FedServer(cfg.replace(lr=cfg.lr * 2))  # would silently report the old run's rounds as this one's
+    assert FedServer(cfg.replace(rounds=5, torch_threads=2)).round == 3  # more rounds: resumes
+    ck = tmp_path / "ck" / "global.pt"
+    ck.write_bytes(ck.read_bytes()[:100])
+    with pytest.raises(ValueError, match="corrupt federated checkpoint .*global.pt"):
+        FedServer(cfg)
+    torch.save({"weights": 1}, ck)
+    with pytest.raises(ValueError, match="not a federated checkpoint"):
+        FedServer(cfg)
 
 
 def test_plain_loop_improves_global_loss_for_every_method() -> None:

@@ -24,6 +24,9 @@ from training.federated.local import get_task, global_eval, lora_scale
 from training.federated.methods.base import FedMethod, State, Upload
 from training.federated.registry import make_method
 
+#: Settings a resumed run may change (more rounds, where and how it runs); any other difference is refused.
+RESUME_MAY_CHANGE = frozenset({"rounds", "checkpoint_dir", "resume", "round_timeout", "torch_threads"})
+
 log = logging.getLogger(__name__)
 CHECKPOINT = "global.pt"
 
@@ -66,9 +69,21 @@ class FedServer:
         return Path(self.cfg.checkpoint_dir) / CHECKPOINT if self.cfg.checkpoint_dir else None
 
     def _load(self, path: Path) -> None:
-        blob = torch.load(path, map_location="cpu", weights_only=False)
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # truncated or foreign files raise several unpickling error types
+            raise ValueError(f"corrupt federated checkpoint {path}: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(blob, dict) or not {"method", "round", "state"} <= blob.keys():
+            raise ValueError(f"{path} is not a federated checkpoint (needs method, round and state)")
         if blob.get("method") != self.method.name:
             raise ValueError(f"checkpoint {path} holds method {blob.get('method')!r}, config says {self.method.name!r}")
+        saved, mine = blob.get("config"), self.cfg.to_dict()
+        if isinstance(saved, dict):
+            diff = sorted(k for k in set(saved) | set(mine)
+                          if k not in RESUME_MAY_CHANGE and saved.get(k) != mine.get(k))
+            if diff:
+                raise ValueError(f"checkpoint {path} was written with other settings ({', '.join(diff)}); give another "
+                                 "checkpoint_dir, or resume: false to start over")
         self.state, self.round = blob["state"], int(blob["round"])
         self.history = [RoundRecord(**r) for r in blob.get("history", [])]
         log.info("resumed %s from %s at round %d", self.method.name, path, self.round)
