@@ -58,5 +58,9 @@ def test_sim_views_render_one_domain_per_condition_and_cache(tmp_path):
     again = make_sim_view_domains(n_houses=4, views_per_class=3, cache_dir=tmp_path)
     assert time.perf_counter() - t < 2.0  # served from the cache, no rendering
     np.testing.assert_array_equal(again[3].x_train, doms[3].x_train)
+    (cache,) = tmp_path.glob("sim_views_*.npz")
+    cache.write_bytes(cache.read_bytes()[:500])  # truncated: rendered again, not a BadZipFile
+    rebuilt = make_sim_view_domains(n_houses=4, views_per_class=3, cache_dir=tmp_path)
+    np.testing.assert_array_equal(rebuilt[3].x_train, doms[3].x_train)
     with pytest.raises(ValueError, match="n_houses"):
         make_sim_view_domains(n_houses=1, cache_dir=None)

@@ -46,6 +46,17 @@ def test_episode_npz_roundtrip_and_corrupt_file(tmp_path):
     bad.write_bytes(p.read_bytes()[:200])
     with pytest.raises(ValueError, match="bad.npz"):
         load_episode(bad)
+    raw = bytearray(p.read_bytes())
+    start = 30 + int.from_bytes(raw[26:28], "little") + int.from_bytes(raw[28:30], "little")  # first member's data
+    raw[start] = 0xFF  # an invalid deflate block header: zlib.error, not a short file
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=r"bad.npz: cannot read episode \(error"):
+        load_episode(bad)
+    raw = bytearray(p.read_bytes())
+    raw[len(raw) // 2:len(raw) // 2 + 64] = bytes(64)  # damaged in the middle: a CRC mismatch (BadZipFile)
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="bad.npz: cannot read episode"):
+        load_episode(bad)
     (tmp_path / "bad.npz").unlink()
     _same(ep, load_source({"source": "cache", "path": str(tmp_path)})[0])
     with pytest.raises(ValueError, match="unknown keys"):
@@ -152,3 +163,20 @@ def test_importing_training_vla_is_light():
             "heavy = [m for m in ('torch', 'transformers', 'peft', 'robosuite', 'rosbags') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cached_demo_is_reused_only_for_the_same_step_limit(tmp_path):
+    from training.vla.data.robosuite_source import _cached
+
+    ok = lift_like_episode(0)
+    ok.meta.update(success=True, steps=len(ok.frames))
+    failed = lift_like_episode(1)
+    failed.meta.update(success=False, steps=len(failed.frames))
+    p_ok, p_failed = save_episode(ok, tmp_path / "ok.npz"), save_episode(failed, tmp_path / "failed.npz")
+    n = len(ok.frames)
+    assert _cached(p_ok, n) is not None and _cached(p_ok, n + 50) is not None  # a success within the limit
+    assert _cached(p_ok, n - 1) is None  # would have been cut short: record again
+    assert _cached(p_failed, len(failed.frames)) is not None  # the same limit: the same failure
+    assert _cached(p_failed, len(failed.frames) + 50) is None  # more steps might succeed: record again
+    (tmp_path / "cut.npz").write_bytes(p_ok.read_bytes()[:100])
+    assert _cached(tmp_path / "cut.npz", n) is None and _cached(tmp_path / "none.npz", n) is None

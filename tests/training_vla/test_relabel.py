@@ -134,6 +134,12 @@ def test_scene_vqa_generation_and_accuracy(bundle, tmp_path):
     stamp = saved.stat().st_mtime_ns
     again = cached_vqa(tmp_path / "c", 4, image_size=32, seed=1, progress=False)  # read, not rewritten
     assert saved.stat().st_mtime_ns == stamp and np.array_equal(again[5].image, items[5].image)
+    saved.write_bytes(saved.read_bytes()[:300])  # cut short (a pre-atomic writer killed mid-write)
+    with pytest.raises(ValueError, match="unreadable VQA cache"):
+        load_vqa(saved)
+    rebuilt = cached_vqa(tmp_path / "c", 4, image_size=32, seed=1, progress=False)  # regenerated, not a crash
+    assert [(a.question, a.answer) for a in rebuilt] == [(it.question, it.answer) for it in items]
+    assert load_vqa(saved)[5].question == items[5].question
     res = vqa_accuracy(bundle, test)
     assert res["n"] == 4 and 0.0 <= res["accuracy"] <= 1.0 and set(res["by_kind"]) == {it.kind for it in test}
     assert res["accuracy"] <= res["in_vocabulary"] <= 1.0  # a right answer is an answer word

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agents.core.io import save_npz
+from agents.core.io import NPZ_READ_ERRORS, save_npz
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +198,14 @@ def save_vqa(items: list[VQAItem], path: str | Path) -> Path:
 
 
 def load_vqa(path: str | Path) -> list[VQAItem]:
-    """Read a :func:`save_vqa` cache."""
-    with np.load(Path(path), allow_pickle=False) as z:
-        img = {int(s): z["images"][i] for i, s in enumerate(z["scene_ids"])}
-        return [VQAItem(img[int(s)], str(q), str(a), str(k), int(s))
-                for s, q, a, k in zip(z["scene"], z["question"], z["answer"], z["kind"])]
+    """Read a :func:`save_vqa` cache; ``ValueError`` naming it when it is missing, truncated or not one."""
+    try:
+        with np.load(Path(path), allow_pickle=False) as z:
+            img = {int(s): z["images"][i] for i, s in enumerate(z["scene_ids"])}
+            return [VQAItem(img[int(s)], str(q), str(a), str(k), int(s))
+                    for s, q, a, k in zip(z["scene"], z["question"], z["answer"], z["kind"], strict=True)]
+    except (*NPZ_READ_ERRORS, AttributeError) as exc:  # AttributeError: a plain .npy array, not an archive
+        raise ValueError(f"unreadable VQA cache {path} ({type(exc).__name__}: {exc})") from exc
 
 
 def cached_vqa(cache_dir: str | Path, n_scenes: int, image_size: int = 64, seed: int = 0,
@@ -212,7 +215,10 @@ def cached_vqa(cache_dir: str | Path, n_scenes: int, image_size: int = 64, seed:
     tag = "vqa3s" if spatial else "vqa3"  # vqa3: scenes from a seeded robosuite model (ManipTaskConfig.model_seed)
     path = Path(cache_dir) / f"{tag}_{image_size}px_{n_scenes}scenes_seed{seed}.npz"
     if path.is_file():
-        return load_vqa(path)
+        try:
+            return load_vqa(path)
+        except ValueError as exc:
+            log.warning("%s; generating it again", exc)
     items = generate_vqa(n_scenes, image_size, seed, progress, spatial)
     save_vqa(items, path)
     return items

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agents.core.io import is_temporary, save_npz
+from agents.core.io import NPZ_READ_ERRORS, is_temporary, save_npz
 
 log = logging.getLogger(__name__)
 
@@ -118,12 +117,12 @@ def load_episode(path: str | Path) -> Episode:
                 raise ValueError(f"{path}: episode format version {header.get('version')} != {FORMAT_VERSION}")
             return Episode(z["frames"], z["deltas"], z["gripper"], header["phases"], header["instruction"],
                            header.get("task", ""), header.get("meta", {}))
-    except (OSError, EOFError, KeyError, json.JSONDecodeError, zipfile.BadZipFile) as exc:
-        raise ValueError(f"{path}: cannot read episode ({type(exc).__name__}: {exc})") from exc
-    except ValueError as exc:
+    except ValueError as exc:  # ours (they name the file) or numpy's / json's
         if str(path) in str(exc):
             raise
-        raise ValueError(f"{path}: {exc}") from exc
+        raise ValueError(f"{path}: cannot read episode ({type(exc).__name__}: {exc})") from exc
+    except NPZ_READ_ERRORS as exc:  # truncated or corrupt archive (BadZipFile, zlib.error, EOFError, ...)
+        raise ValueError(f"{path}: cannot read episode ({type(exc).__name__}: {exc})") from exc
 
 
 def load_episodes(directory: str | Path) -> list[Episode]:

@@ -56,6 +56,25 @@ def record_episode(env: Any, task: str, seed: int, max_steps: int = 200, max_ste
                     "objects_initial": objects0, "image_size": int(env.config.image_size)})
 
 
+def _cached(path: Path, max_steps: int) -> Episode | None:
+    """The cached demonstration at ``path`` if it is what recording with ``max_steps`` would give (the expert is
+    deterministic: a success within the limit, or a failure that ran exactly that long); None to record it again
+    (missing, unreadable, or recorded under another step limit)."""
+    if not path.is_file():
+        return None
+    try:
+        ep = load_episode(path)
+    except ValueError as exc:
+        log.warning("unreadable cached demonstration, recording it again: %s", exc)
+        return None
+    steps = int(ep.meta.get("steps", len(ep.frames)))
+    if (steps <= max_steps) if ep.meta.get("success", False) else (steps == max_steps):
+        return ep
+    log.info("%s was recorded under another step limit (%d steps, success %s); recording it again with %d", path,
+             steps, ep.meta.get("success", False), max_steps)
+    return None
+
+
 def record_robosuite(task: str, n_episodes: int, image_size: int = 64, seed: int = 0,
                      cache_dir: str | Path | None = None, max_steps: int = 200, max_step_m: float = 0.03,
                      only_success: bool = True, progress: bool = True) -> list[Episode]:
@@ -75,9 +94,8 @@ def record_robosuite(task: str, n_episodes: int, image_size: int = 64, seed: int
         s = seed
         while len(episodes) < n_episodes and s < seed + 3 * n_episodes:
             path = cache / _cache_name(task, image_size, s, max_step_m) if cache else None
-            if path is not None and path.is_file():
-                ep = load_episode(path)
-            else:
+            ep = _cached(path, max_steps) if path is not None else None
+            if ep is None:
                 if env is None:
                     from sim.manip import ManipTask
 

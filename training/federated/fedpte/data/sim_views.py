@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agents.core.io import save_npz
+from agents.core.io import NPZ_READ_ERRORS, save_npz
 from training.federated.fedpte.data import Domain
 
 log = logging.getLogger(__name__)
@@ -130,9 +130,15 @@ def make_sim_view_domains(n_houses: int = 80, views_per_class: int = 120, test_f
     if cache_dir is not None:
         path = Path(cache_dir) / f"sim_views_{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
         if path.exists():
-            log.info("sim_views: cached %s", path)
-            with np.load(path) as z:
-                return _domains({k: z[k] for k in z.files}, conditions)
+            try:
+                with np.load(path) as z:
+                    arrays = {k: z[k] for k in z.files}
+                domains = _domains(arrays, conditions)
+                log.info("sim_views: cached %s", path)
+                return domains
+            except (*NPZ_READ_ERRORS, AttributeError) as exc:
+                log.warning("sim_views: unreadable cache %s (%s: %s); rendering it again", path,
+                            type(exc).__name__, exc)
     views = _viewpoints(n_houses, views_per_class, seed)
     houses = sorted({v[0] for v in views})
     n_test_h = max(1, int(round(test_frac * len(houses))))
