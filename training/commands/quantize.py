@@ -24,7 +24,6 @@ SKELETON_FILE = "float_module.pt"
 
 def _load_model(src: str) -> tuple[Any, dict[str, Any]]:
     """The float model and a JSON-able description of how to rebuild it."""
-    import torch
 
     p = Path(src)
     if p.is_dir():
@@ -35,13 +34,20 @@ def _load_model(src: str) -> tuple[Any, dict[str, Any]]:
         return AutoModel.from_pretrained(str(p)).eval(), {"kind": "transformers"}
     if not p.is_file():
         raise FileNotFoundError(f"model {src!r} not found (a transformers directory or a torch.save-d nn.Module)")
+    return _load_module(p).eval(), {"kind": "torch"}
+
+
+def _load_module(p: Path) -> Any:
+    """A ``torch.save``-d ``nn.Module``; ``ValueError`` naming ``p`` for a truncated or foreign file."""
+    import torch
+
     try:
         obj = torch.load(str(p), map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad input file
         raise ValueError(f"could not load {p} with torch.load: {exc}") from exc
     if not isinstance(obj, torch.nn.Module):
         raise ValueError(f"{p} holds a {type(obj).__name__}, not an nn.Module")
-    return obj.eval(), {"kind": "torch"}
+    return obj
 
 
 def _parse_shape(text: str | None) -> list[int]:
@@ -114,7 +120,6 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 def load_cli_quantized(path: str | Path) -> tuple[Any, dict[str, Any]]:
     """Rebuild a model written by ``allday quantize`` (float skeleton + ``load_quantized``)."""
-    import torch
 
     from quant_kernels.api import load_quantized
 
@@ -122,13 +127,20 @@ def load_cli_quantized(path: str | Path) -> tuple[Any, dict[str, Any]]:
     sfile = p / SOURCE_FILE
     if not sfile.is_file():
         raise FileNotFoundError(f"{sfile} not found: {p} was not written by `allday quantize`")
-    src = json.loads(sfile.read_text())
+    try:
+        src = json.loads(sfile.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{sfile}: unreadable ({exc})") from exc
+    if not isinstance(src, dict):
+        raise ValueError(f"{sfile}: expected a JSON object, got {type(src).__name__}")
     if src.get("kind") == "transformers":
         from transformers import AutoConfig, AutoModel
 
         skeleton = AutoModel.from_config(AutoConfig.from_pretrained(str(p)))
     elif src.get("kind") == "torch":
-        skeleton = torch.load(str(p / SKELETON_FILE), map_location="cpu", weights_only=False)
+        if "input_shape" not in src:
+            raise ValueError(f"{sfile}: a torch model's source needs its input_shape")
+        skeleton = _load_module(p / SKELETON_FILE)
     else:
         raise ValueError(f"{sfile}: unknown model kind {src.get('kind')!r}")
     return load_quantized(p, skeleton.eval()), src
