@@ -23,7 +23,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NPZ_READ_ERRORS", "atomic_dir", "atomic_path", "is_temporary", "save_npz", "write_bytes", "write_text"]
+__all__ = ["NPZ_READ_ERRORS", "atomic_dir", "atomic_path", "is_temporary", "read_json_object", "save_npz",
+           "write_bytes", "write_text"]
 
 _TMP_MARK = ".tmp"
 
@@ -134,3 +135,23 @@ def save_npz(path: str | Path, compressed: bool = True, **arrays: Any) -> Path:
     with atomic_path(path, suffix=".npz") as tmp:  # numpy keeps a name ending in .npz as it is
         save(tmp, **arrays)  # by name, not an open file: numpy does not close its zip when a write fails
     return path
+
+
+def read_json_object(path: str | Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The JSON object in ``path``; ``ValueError`` naming the file when it is unreadable, truncated, not an object
+    or lacks one of the ``required`` keys (``FileNotFoundError`` when it is missing)."""
+    import json
+
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable JSON ({exc})") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise ValueError(f"{path}: missing {', '.join(missing)}")
+    return obj

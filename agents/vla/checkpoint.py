@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.core.io import read_json_object, write_text
 from agents.vla.action_language import GRAMMAR_VERSION
 from agents.vla.config import VLAPolicyConfig
 from agents.vlm import load_vlm, write_adapter_meta
@@ -45,7 +46,7 @@ def save_policy(policy: "VLAPolicy", path: str | Path) -> Path:
         base, adapter = "model", None
     meta = {"format": FORMAT, "grammar": GRAMMAR_VERSION, "family": bundle.family, "base": base,
             "adapter": adapter, "config": cfg.to_dict()}
-    (out / POLICY_FILE).write_text(json.dumps(meta, indent=1))
+    write_text(out / POLICY_FILE, json.dumps(meta, indent=1))
     log.info("saved VLA policy to %s (base %s, adapter %s)", out, base, adapter)
     return out
 
@@ -72,16 +73,18 @@ def load_policy(path: str | Path, adapter: str | Path | None = None, dtype: Any 
         raise FileNotFoundError(f"no VLA policy or VLM checkpoint at {root}")
     meta_file = root / POLICY_FILE
     if meta_file.is_file():
-        meta = json.loads(meta_file.read_text())
+        meta = read_json_object(meta_file, required=("base", "config"))
         if meta.get("format") != FORMAT:
             raise ValueError(f"{meta_file}: unsupported policy format {meta.get('format')!r} (expected {FORMAT})")
         if meta.get("grammar") != GRAMMAR_VERSION:
             raise ValueError(f"{meta_file}: action grammar {meta.get('grammar')!r}, this code speaks {GRAMMAR_VERSION}")
         base = _resolve(root, meta["base"])
         adapter = adapter if adapter is not None else _resolve(root, meta.get("adapter"))
+        if not isinstance(meta["config"], dict):
+            raise ValueError(f"{meta_file}: config must be an object, got {type(meta['config']).__name__}")
         cfg = VLAPolicyConfig.from_dict({**meta["config"], **overrides})
     elif (root / "adapter_config.json").is_file() and not (root / "config.json").is_file():
-        base_name = json.loads((root / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        base_name = read_json_object(root / "adapter_config.json").get("base_model_name_or_path")
         if not base_name or not Path(base_name).is_dir():
             raise FileNotFoundError(f"adapter {root} names base {base_name!r}, which is not a local directory; "
                                     "load the base and pass adapter=")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.core.io import read_json_object
 from agents.vlm.config import TinyVLMConfig
 from agents.vlm.families import FamilySpec, family_for_model_type, get_family
 
@@ -166,7 +167,10 @@ def apply_adapter(bundle: VLMBundle, adapter: str | Path, merge: bool = False) -
         raise AdapterMismatchError(f"adapter directory {a} has no adapter_config.json (not a peft adapter)")
     meta_file = a / ADAPTER_META
     if meta_file.is_file():
-        meta = json.loads(meta_file.read_text())
+        try:
+            meta = read_json_object(meta_file)
+        except ValueError as exc:
+            raise AdapterMismatchError(f"adapter {a}: {exc}") from exc
         want, have = meta.get("base_fingerprint"), base_fingerprint(bundle.model)
         if want and want != have:
             raise AdapterMismatchError(

@@ -107,3 +107,18 @@ def test_atomic_dir_swaps_whole_folders(tmp_path):
         raise RuntimeError("killed")
     assert sorted(p.name for p in path.iterdir()) == ["b.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_read_json_object_names_the_file(tmp_path):
+    from agents.core.io import read_json_object
+
+    f = tmp_path / "meta.json"
+    f.write_text('{"a": 1, "b": 2}')
+    assert read_json_object(f, required=("a",)) == {"a": 1, "b": 2}
+    for text, why in (('{"a": ', "unreadable JSON"), ("[1]", "expected a JSON object, got list"),
+                      ('{"b": 1}', "missing a")):
+        f.write_text(text)
+        with pytest.raises(ValueError, match=f"meta.json: {why}"):
+            read_json_object(f, required=("a",))
+    with pytest.raises(FileNotFoundError):
+        read_json_object(tmp_path / "none.json")

@@ -161,6 +161,19 @@ def test_save_load_gives_identical_actions(steered, tmp_path):
     ex = collate(base, [training_example(base, scene(), "x", "y")])
     with torch.inference_mode():
         assert torch.allclose(base.model(**ex).logits, back.bundle.model(**ex).logits, atol=1e-5)
+    # a damaged policy file is a ValueError naming it (the node and the CLI report it), never a raw error
+    meta = tmp_path / "lora" / "vla_policy.json"
+    good = meta.read_text()
+    for broken, why in ((good[:40], "unreadable JSON"), ("[1, 2]", "expected a JSON object"),
+                        ('{"format": 1}', "missing base, config")):
+        meta.write_text(broken)
+        with pytest.raises(ValueError, match=f"vla_policy.json: {why}"):
+            load_policy(tmp_path / "lora")
+    meta.write_text(good)
+    adapter_meta = tmp_path / "lora" / "adapter" / "allday_adapter.json"
+    adapter_meta.write_text("{")
+    with pytest.raises(ValueError, match="allday_adapter.json: unreadable JSON"):
+        load_policy(tmp_path / "lora")
 
 
 def test_bad_input_is_rejected_before_generation(steered):
