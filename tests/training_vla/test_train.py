@@ -106,6 +106,38 @@ def test_checkpoint_of_another_model_is_rejected(tiny_base, tmp_path):
         fit(b2, _samples(b2), _settings(tmp_path, max_steps=2), resume=True, progress=False)
 
 
+def test_resume_with_other_batching_or_data_is_refused_and_a_corrupt_state_named(tiny_base, tmp_path):
+    b = _lora_bundle(tiny_base)
+    samples = _samples(b)
+    fit(b, samples, _settings(tmp_path, max_steps=1), progress=False)
+    for kw, data, what in (({"batch_size": 2}, samples, "global_batch"), ({"seed": 7}, samples, "seed"),
+                           ({}, samples[:-3], "samples")):  # each would map the resumed step to other samples
+        with pytest.raises(ValueError, match=f"other data or batching .*'{what}'"):
+            fit(_lora_bundle(tiny_base), data, _settings(tmp_path, max_steps=2, **kw), resume=True, progress=False)
+    assert fit(_lora_bundle(tiny_base), samples, _settings(tmp_path, max_steps=2), resume=True,
+               progress=False)["resumed_from"].endswith("step_1")  # more steps: fine
+    state = tmp_path / "checkpoints" / "step_2" / "state.pt"
+    state.write_bytes(state.read_bytes()[:64])
+    with pytest.raises(ValueError, match="corrupt VLA training checkpoint .*state.pt"):
+        fit(_lora_bundle(tiny_base), samples, _settings(tmp_path, max_steps=3), resume=True, progress=False)
+
+
+def test_tiny_base_is_rebuilt_for_other_settings_and_refused_on_resume(tmp_path):
+    from training.vla.train import BASE_KEY, build_base
+
+    cfg = VLATrainConfig(tiny_image_size=32)
+    base = build_base(cfg, tmp_path, ["pick the cube", "lift it"])
+    stamp = (base / "config.json").stat().st_mtime_ns
+    assert build_base(cfg, tmp_path, ["lift it", "pick the cube"], resume=True) == base  # same corpus: reused
+    assert (base / "config.json").stat().st_mtime_ns == stamp
+    other = VLATrainConfig(tiny_image_size=32, seed=cfg.seed + 1)
+    with pytest.raises(ValueError, match="built with other settings"):
+        build_base(other, tmp_path, ["pick the cube", "lift it"], resume=True)
+    build_base(other, tmp_path, ["pick the cube", "lift it"])  # a fresh run rebuilds it
+    assert json.loads((base / BASE_KEY).read_text())["seed"] == cfg.seed + 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]  # no temporaries left
+
+
 def test_global_batches_cover_each_epoch_once():
     seen = [i for step in range(5) for i in global_batch_indices(10, 0, step, 4)]
     assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:20]) == list(range(10))

@@ -12,6 +12,7 @@ Multi-GPU / multi-process: ``accelerate launch --multi_gpu --num_processes N -m 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -21,22 +22,46 @@ from typing import Any
 
 import yaml
 
+from agents.core.io import atomic_dir, read_json_object, write_text
 from training.vla.config import VLATrainConfig
 from training.vla.trainer import LoopSettings, train_loop
 
 log = logging.getLogger(__name__)
 
 
-def build_base(cfg: VLATrainConfig, out: Path, corpus: list[str]) -> Path:
-    """The base checkpoint directory: ``cfg.model``, or a tiny model built into ``out/base`` (once)."""
+BASE_KEY = "allday_base_key.json"
+
+
+def build_base(cfg: VLATrainConfig, out: Path, corpus: list[str], resume: bool = False) -> Path:
+    """The base checkpoint directory: ``cfg.model``, or a tiny model built into ``out/base`` (once per family,
+    image size, seed and tokenizer corpus; written atomically). A base built with other settings is rebuilt, or,
+    when resuming, refused: the checkpoint's adapter was trained on the old one."""
     if cfg.model != "tiny":
         return Path(cfg.model)
     from agents.vlm import build_tiny_vlm
 
     base = out / "base"
-    if not (base / "config.json").is_file():
-        build_tiny_vlm(base, family=cfg.tiny_family, image_size=cfg.tiny_image_size, corpus=sorted(set(corpus)),
-                       seed=cfg.seed, overwrite=True)
+    vocab = sorted(set(corpus))
+    key = {"family": cfg.tiny_family, "image_size": cfg.tiny_image_size, "seed": cfg.seed,
+           "corpus": hashlib.sha256("\n".join(vocab).encode()).hexdigest()[:16]}
+    if base.is_dir():
+        try:
+            old = read_json_object(base / BASE_KEY)
+        except (OSError, ValueError):
+            old = None
+        if old == key:
+            return base
+        if resume and old is None and (base / "config.json").is_file():
+            log.warning("%s predates base keys; resuming on it unchecked", base)
+            return base
+        if resume:
+            raise ValueError(f"{base} was built with other settings ({old}) than this config's ({key}); resuming "
+                             "would continue an adapter on another base: give another out_dir or drop --resume")
+        log.info("rebuilding %s (built with %s, this config needs %s)", base, old, key)
+    with atomic_dir(base) as tmp:
+        build_tiny_vlm(tmp, family=cfg.tiny_family, image_size=cfg.tiny_image_size, corpus=vocab, seed=cfg.seed,
+                       overwrite=True)
+        write_text(tmp / BASE_KEY, json.dumps(key))
     return base
 
 
@@ -96,14 +121,14 @@ def run_training(cfg: VLATrainConfig, resume: bool = False, progress: bool = Tru
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    write_text(out / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     from accelerate import PartialState
 
     state = PartialState(cpu=_use_cpu(cfg.device))
     with state.main_process_first():  # the main process records/caches demos and builds a tiny base first
         episodes = load_episodes_for(cfg)
         lang = make_relabeller(cfg.relabeller).relabel_all(episodes)
-        base = build_base(cfg, out, sample_corpus(lang))
+        base = build_base(cfg, out, sample_corpus(lang), resume=resume)
     bundle = load_vlm(base)
     codec = make_codec(cfg.codec, bundle.tokenizer)
     samples = build_samples(lang, codec, cfg.aux_samples)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.core.io import atomic_dir
+from agents.core.io import atomic_dir, read_json_object
 from training.vla.config import LoopSettings
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,12 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> i
     f = path / "state.pt"
     if not f.is_file():
         raise ValueError(f"{path} is not a VLA training checkpoint (no state.pt)")
-    state = torch.load(f, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(f, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - truncated or foreign files raise several unpickling error types
+        raise ValueError(f"corrupt VLA training checkpoint {f}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(state, dict) or not {"trainable", "optimizer", "scheduler", "rng", "step"} <= state.keys():
+        raise ValueError(f"{f} is not a VLA training checkpoint (needs trainable, optimizer, scheduler, rng, step)")
     params = dict(model.named_parameters())
     missing = [k for k in state["trainable"] if k not in params]
     mine = [k for k, p in params.items() if p.requires_grad and k not in state["trainable"]]
@@ -141,6 +146,23 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> i
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
     return int(state["step"])
+
+
+def _check_resumable(ck: Path, mine: dict[str, int]) -> None:
+    """Refuse to resume ``ck`` when the data or the batch order would differ: the step's batch is a function of
+    the number of samples, the global batch and the seed, so a resume with other values would skip or repeat data
+    (``max_steps``/``epochs`` may change). Checkpoints that predate these fields are accepted."""
+    f = ck / "trainer_state.json"
+    if not f.is_file():
+        return
+    try:
+        saved = read_json_object(f)
+    except ValueError as exc:
+        raise ValueError(f"corrupt VLA training checkpoint: {exc}") from exc
+    diff = {k: (saved[k], v) for k, v in mine.items() if k in saved and saved[k] != v}
+    if diff:
+        raise ValueError(f"{ck} was trained with other data or batching (saved vs now: {diff}); resuming would "
+                         "skip or repeat samples: give another out_dir, or the same data, batch and seed")
 
 
 def train_loop(model: Any, samples: Sequence[Any], collate: Any, s: LoopSettings, resume: bool = False,
@@ -177,6 +199,7 @@ def train_loop(model: Any, samples: Sequence[Any], collate: Any, s: LoopSettings
         if ck is None:
             log.warning("--resume: no checkpoint in %s; starting from step 0", out / "checkpoints")
         else:
+            _check_resumable(ck, {"samples": len(samples), "global_batch": global_batch, "seed": s.seed})
             step = load_checkpoint(ck, model, opt, sched)
             resumed_from = str(ck)
             log.info("resumed from %s (step %d)", ck, step)
@@ -222,7 +245,8 @@ def train_loop(model: Any, samples: Sequence[Any], collate: Any, s: LoopSettings
             if acc.is_main_process:
                 path = out / "checkpoints" / f"{CKPT_PREFIX}{step}"
                 save_checkpoint(path, acc.unwrap_model(model), opt, sched, step,
-                                {"loss": mean_loss, "total_steps": total, "samples": len(samples)})
+                                {"loss": mean_loss, "total_steps": total, "samples": len(samples),
+                                 "global_batch": global_batch, "seed": s.seed})
                 for p in checkpoints(out)[:-s.keep_checkpoints]:
                     shutil.rmtree(p, ignore_errors=True)
     bar.close()
