@@ -128,14 +128,21 @@ def _references(report: dict) -> dict:
 
 def merge(paths: list[str], out: Path) -> int:
     """Combine runs of the same sequence that trained different methods (e.g. two processes)."""
-    reports = [json.loads(Path(p).read_text()) for p in paths]
+    from agents.core.io import read_json_object
+
+    reports = [read_json_object(p, required=("tasks", "unseen", "config", "results")) for p in paths]
     first = reports[0]
-    for r in reports[1:]:
+    for path, r in zip(paths[1:], reports[1:]):
         if r["tasks"] != first["tasks"] or r["unseen"] != first["unseen"]:
-            raise ValueError("runs to merge must share the task sequence and unseen pairs")
+            raise ValueError(f"{path}: runs to merge must share the task sequence and unseen pairs")
         for key in ("success_distance", "physical_conditions"):
             if r.get(key, True) != first.get(key, True):
-                raise ValueError(f"runs to merge must share {key}: {first.get(key)} against {r.get(key)}")
+                raise ValueError(f"{path}: runs to merge must share {key}: {first.get(key)} against {r.get(key)}")
+        mine, theirs = first["config"], r["config"]
+        diff = sorted(k for k in set(mine) | set(theirs) if k != "methods" and mine.get(k) != theirs.get(k))
+        if diff:  # e.g. steps_per_task, lr, the base navigator's settings: the methods would not be comparable
+            raise ValueError(f"{path}: runs to merge must share their settings (all but methods); they differ in "
+                             f"{', '.join(diff)}")
     results = {m: res for r in reports for m, res in r["results"].items()}
     references = {k: v for r in reports for k, v in _references(r).items()}
     merged = {**first, "results": results, "references": references, "seconds": max(r["seconds"] for r in reports),
@@ -190,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     if a.merge:
-        return merge(a.merge, Path(a.out or ROOT / "docs"))
+        try:
+            return merge(a.merge, Path(a.out or ROOT / "docs"))
+        except (FileNotFoundError, ValueError) as exc:
+            p.error(str(exc))
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING)
     import torch
 

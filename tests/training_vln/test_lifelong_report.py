@@ -115,6 +115,14 @@ def test_merge_refuses_runs_rendered_differently(tmp_path) -> None:
         Path(paths[-1]).write_text(json.dumps({**names, "results": {}, "physical_conditions": phys}))
     with pytest.raises(ValueError, match="physical_conditions"):
         bench.merge(paths, tmp_path / "out")
+    for i, cfg in enumerate(({"eval_per_task": 4, "lr": 1e-3, "methods": ["tuka_dkil"]},
+                             {"eval_per_task": 4, "lr": 3e-3, "methods": ["seq_lora"]})):
+        Path(paths[i]).write_text(json.dumps({**names, "results": {}, "config": cfg}))
+    with pytest.raises(ValueError, match="r1.json: runs to merge must share their settings .* differ in lr"):
+        bench.merge(paths, tmp_path / "out")
+    Path(paths[1]).write_text('{"tasks": ["S0-normal"]')
+    with pytest.raises(ValueError, match="r1.json: unreadable JSON"):
+        bench.merge(paths, tmp_path / "out")
 
 
 def test_camera_only_tasks_keep_the_scene_lit(tmp_path, monkeypatch) -> None:
