@@ -111,9 +111,9 @@ def main() -> None:
                       else {"cache_dir": args.cache_dir}),
     }
     if args.quick:  # use the full rendered set when it is already cached (rendering it takes minutes)
-        from pathlib import Path
+        from training.federated.fedpte.data.sim_views import sim_views_cache_path
 
-        if any(Path(args.cache_dir).glob("sim_views_*.npz")):
+        if sim_views_cache_path(args.cache_dir).is_file():  # the full default set's file, not any cached set
             specs["sim_views"] = {"cache_dir": args.cache_dir}
     t0 = time.time()
     results = {}

@@ -54,6 +54,10 @@ def test_sim_views_render_one_domain_per_condition_and_cache(tmp_path):
     assert doms[1].x_test.mean() < doms[0].x_test.mean() - 20
     assert not np.array_equal(doms[2].x_test, doms[0].x_test)
     assert len(list(tmp_path.glob("sim_views_*.npz"))) == 1
+    from training.federated.fedpte.data.sim_views import sim_views_cache_path
+
+    assert sim_views_cache_path(tmp_path, n_houses=4, views_per_class=3).is_file()  # where it was written
+    assert not sim_views_cache_path(tmp_path).is_file()  # the full default set is another file
     t = time.perf_counter()
     again = make_sim_view_domains(n_houses=4, views_per_class=3, cache_dir=tmp_path)
     assert time.perf_counter() - t < 2.0  # served from the cache, no rendering

@@ -112,6 +112,18 @@ def _render(views: list[tuple[str, float, float, float, int]], condition: str, p
     return out
 
 
+def sim_views_cache_path(cache_dir: str | os.PathLike, n_houses: int = 80, views_per_class: int = 120,
+                         test_frac: float = 0.25, seed: int = 0, conditions: tuple[str, ...] = CONDITIONS,
+                         params: dict | None = None) -> Path:
+    """Where :func:`make_sim_view_domains` caches the set of these settings (``params``: per-condition overrides,
+    default :data:`DEFAULT_CONDITION_PARAMS`)."""
+    if params is None:
+        params = {c: dict(DEFAULT_CONDITION_PARAMS.get(c, {})) for c in conditions}
+    key = json.dumps({"v": 1, "h": n_houses, "vpc": views_per_class, "tf": test_frac, "s": seed,
+                      "c": list(conditions), "p": params}, sort_keys=True)
+    return Path(cache_dir) / f"sim_views_{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
+
+
 def make_sim_view_domains(n_houses: int = 80, views_per_class: int = 120, test_frac: float = 0.25, seed: int = 0,
                           conditions: tuple[str, ...] = CONDITIONS, condition_params: dict | None = None,
                           cache_dir: str | os.PathLike | None = "runs/fedpte_cache", progress: bool = False,
@@ -124,11 +136,9 @@ def make_sim_view_domains(n_houses: int = 80, views_per_class: int = 120, test_f
         raise ValueError(f"test_frac must be in (0, 1), got {test_frac}")
     cp = DEFAULT_CONDITION_PARAMS if condition_params is None else condition_params
     params = {c: dict(cp.get(c, {})) for c in conditions}
-    key = json.dumps({"v": 1, "h": n_houses, "vpc": views_per_class, "tf": test_frac, "s": seed,
-                      "c": list(conditions), "p": params}, sort_keys=True)
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / f"sim_views_{hashlib.sha1(key.encode()).hexdigest()[:12]}.npz"
+        path = sim_views_cache_path(cache_dir, n_houses, views_per_class, test_frac, seed, conditions, params)
         if path.exists():
             try:
                 with np.load(path) as z:
