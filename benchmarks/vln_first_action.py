@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from agents.vlm.bundle import load_vlm
     from training.vln.config import VLNTrainConfig
+    from training.vln.navigator import checkpoint_dir
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -239,9 +240,9 @@ def main(argv: list[str] | None = None) -> int:
             model_dir, episodes = None, a.episodes or None
         else:
             run = Path(a.run)
-            metrics, model_dir = run / "metrics.json", run / "model"
+            metrics, model_dir = run / "metrics.json", checkpoint_dir(run) / "model"
             if not metrics.is_file() or not (model_dir / "config.json").is_file():
-                p.error(f"{run} is not a finished `allday train vln` run (needs metrics.json and model/)")
+                p.error(f"{run} is not a finished `allday train vln` run (needs metrics.json and checkpoint/model/)")
             try:
                 cfg = VLNTrainConfig.from_dict(json.loads(metrics.read_text())["config"])
             except (json.JSONDecodeError, KeyError) as exc:

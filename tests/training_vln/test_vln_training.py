@@ -131,16 +131,52 @@ def test_checkpoint_resume(cfg, tmp_path, monkeypatch):
     monkeypatch.setattr(nav.Imitation, "run", flaky)
     with pytest.raises(KeyboardInterrupt):
         nav.train_navigator(cfg, tmp_path, progress=False)
-    state = json.loads((tmp_path / "state.json").read_text())
+    state = json.loads((tmp_path / "checkpoint" / "state.json").read_text())
     assert state["phase"] == "bc" and state["phase_step"] == 2
     calls["n"] = 10
     result = nav.train_navigator(cfg, tmp_path, resume=True, progress=False)
     assert calls["n"] == 10 + 1 + 1  # one remaining BC chunk + one DAgger chunk, the first chunk not redone
+    # the resumed run is the uninterrupted one: same model (weights, optimizer and batch draws restored)
+    straight = tmp_path / "straight"
+    assert nav.train_navigator(cfg, straight, progress=False)["samples"] == result["samples"]
+    from safetensors.torch import load_file
+
+    a = load_file(str(tmp_path / "checkpoint" / "model" / "model.safetensors"))
+    b = load_file(str(straight / "checkpoint" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert result["steps"] == cfg.steps + cfg.dagger_steps
     assert (tmp_path / "final" / "vln_config.json").is_file() and "normal" in result["metrics"]
     other = VLNTrainConfig(**{**BASE, "steps": 6})
     with pytest.raises(ValueError, match="different config"):
         nav.train_navigator(other, tmp_path, resume=True, progress=False)
+
+
+def test_run_in_the_old_layout_resumes(cfg, tmp_path, monkeypatch):
+    """Runs written before the checkpoint folder kept model/, optim.pt and state.json in the run folder."""
+    import shutil
+
+    import training.vln.navigator as nav
+
+    real_run = nav.Imitation.run
+    calls = {"n": 0}
+
+    def flaky(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real_run(self, *a, **k)
+
+    monkeypatch.setattr(nav.Imitation, "run", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        nav.train_navigator(cfg, tmp_path, progress=False)
+    for name in ("model", "optim.pt", "state.json"):
+        shutil.move(str(tmp_path / "checkpoint" / name), str(tmp_path / name))
+    (tmp_path / "checkpoint").rmdir()
+    assert nav.checkpoint_dir(tmp_path) == tmp_path
+    calls["n"] = 10
+    result = nav.train_navigator(cfg, tmp_path, resume=True, progress=False)
+    assert calls["n"] == 12 and result["steps"] == cfg.steps + cfg.dagger_steps  # resumed, not restarted
+    assert nav.checkpoint_dir(tmp_path) == tmp_path / "checkpoint"
 
 
 def test_resume_after_a_kill_between_samples_and_state_keeps_no_duplicates(cfg, tmp_path, monkeypatch):
@@ -163,7 +199,7 @@ def test_resume_after_a_kill_between_samples_and_state_keeps_no_duplicates(cfg, 
     monkeypatch.setattr(nav, "save_samples", killed_after_dagger_samples)
     with pytest.raises(KeyboardInterrupt):
         nav.train_navigator(cfg, tmp_path, progress=False)
-    assert json.loads((tmp_path / "state.json").read_text())["collected"] == ["bc"]
+    assert json.loads((tmp_path / "checkpoint" / "state.json").read_text())["collected"] == ["bc"]
     assert len(nav.load_samples(tmp_path / "samples.npz")) == collected[0] + collected[1]
     monkeypatch.setattr(nav, "save_samples", real_save)
     result = nav.train_navigator(cfg, tmp_path, resume=True, progress=False)
@@ -192,7 +228,7 @@ def test_base_navigator_survives_a_kill_during_its_clean_up(tmp_path, monkeypatc
     monkeypatch.setattr(nav, "train_navigator", lambda *a, **k: pytest.fail("retrained a finished base navigator"))
     final, metrics = nav.base_navigator(c, progress=False)
     assert (final / "vln_config.json").is_file() and "normal" in metrics["metrics"]
-    assert not (root / "optim.pt").exists() and not (root / "backbone").exists()
+    assert not (root / "checkpoint" / "optim.pt").exists() and not (root / "backbone").exists()
 
 
 def test_samples_write_is_atomic(tmp_path, monkeypatch):

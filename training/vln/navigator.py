@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.core.io import NPZ_READ_ERRORS, atomic_dir, atomic_path, save_npz, write_text
+from agents.core.io import NPZ_READ_ERRORS, atomic_dir, read_json_object, save_npz, write_text
 from agents.vln.modeling_vln import AlldayWalkerPolicy
 from agents.vln.processor_vln import VLNProcessor
 from sim.core.env import NavEnvConfig
@@ -24,6 +24,7 @@ from training.vln.trainer import Imitation
 
 log = logging.getLogger(__name__)
 STATE = "state.json"
+CHECKPOINT = "checkpoint"
 DONE = "DONE"
 SCENE_SET = "scene_questions.npz"  # the training scene questions, kept for co-training
 
@@ -151,12 +152,13 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
     agent_cfg = cfg.agent_config()
-    state_path = out / STATE
+    ckpt = checkpoint_dir(out)
+    state_path = ckpt / STATE
     if resume and state_path.is_file():
         try:
-            state = json.loads(state_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"corrupt training state {state_path}: {exc}") from exc
+            state = read_json_object(state_path, required=("fingerprint", "phase", "phase_step", "collected", "step"))
+        except ValueError as exc:
+            raise ValueError(f"corrupt training state: {exc}") from exc
         if state.get("fingerprint") != cfg.fingerprint():
             raise ValueError(f"{out} was trained with a different config (fingerprint {state.get('fingerprint')} "
                              f"vs {cfg.fingerprint()}); use another --out or the same config")
@@ -167,8 +169,8 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
         state = {"fingerprint": cfg.fingerprint(), "phase": "bc", "phase_step": 0, "collected": [], "step": 0}
     train_eps, train_gts = make_episodes(cfg, "train", progress=progress)
     eval_eps, eval_gts = make_episodes(cfg, "eval")
-    if (out / "model" / "config.json").is_file() and state["step"] + state["phase_step"] > 0 or state["collected"]:
-        bundle = load_vlm(out / "model")
+    if state_path.is_file() and resume:
+        bundle = load_vlm(ckpt / "model")
     else:
         backbone = build_backbone(cfg, out / "backbone", [e.instruction_text for e in train_eps])
         bundle = load_vlm(backbone)
@@ -178,8 +180,10 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.image_size, agent_cfg)
     trainer = Imitation(model, vproc, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed + state["step"],
                         accelerator=_accelerator())
-    if (out / "optim.pt").is_file() and resume:
-        trainer.optimizer.load_state_dict(torch.load(out / "optim.pt", weights_only=True))
+    if state_path.is_file() and resume:
+        trainer.optimizer.load_state_dict(torch.load(ckpt / "optim.pt", weights_only=True))
+        if "rng" in state:  # the batch draws continue where they stopped (not from the phase's first batch)
+            trainer.rng.bit_generator.state = state["rng"]
     # the samples file is replaced before the state: a run killed between the two has samples of a phase the state
     # does not list yet, which is collected again, so keep the samples the state counted
     training_left = state["phase"] not in ("eval", "done")  # a finished run may have dropped its samples
@@ -191,13 +195,13 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
 
         cotrain = cotrain_samples(cfg, scene, progress, cache=out / "backbone" / SCENE_SET)
 
-    def checkpoint() -> None:
-        with atomic_dir(out / "model") as tmp:
-            bundle.model.save_pretrained(str(tmp))
-            bundle.processor.save_pretrained(str(tmp))
-        with atomic_path(out / "optim.pt") as tmp:
-            torch.save(trainer.optimizer.state_dict(), tmp)
-        write_text(state_path, json.dumps(state))
+    def checkpoint() -> None:  # model, optimizer and state swapped in together: a kill leaves one consistent set
+        state["rng"] = trainer.rng.bit_generator.state
+        with atomic_dir(out / CHECKPOINT) as tmp:
+            bundle.model.save_pretrained(str(tmp / "model"))
+            bundle.processor.save_pretrained(str(tmp / "model"))
+            torch.save(trainer.optimizer.state_dict(), tmp / "optim.pt")
+            (tmp / STATE).write_text(json.dumps(state))
 
     phases = ["bc"] + [f"dagger{r}" for r in range(cfg.dagger_rounds)]
     losses: list[float] = []
@@ -227,8 +231,16 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
               "fingerprint": cfg.fingerprint(), "config": cfg.to_dict()}
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=float))
     state["phase"] = "done"
-    write_text(state_path, json.dumps(state))
+    write_text(checkpoint_dir(out) / STATE, json.dumps(state))
     return result
+
+
+def checkpoint_dir(out: Path) -> Path:
+    """The folder holding a navigator run's resumable checkpoint (``model/``, ``optim.pt``, ``state.json``);
+    runs written before 2026-12-04 kept these in ``out`` itself."""
+    if not (out / CHECKPOINT).is_dir() and (out / STATE).is_file():
+        return out
+    return out / CHECKPOINT
 
 
 def _collect_phase(cfg: VLNTrainConfig, phase: str, bundle: Any, agent_cfg: Any, train_eps: list[Episode],
@@ -271,7 +283,7 @@ def base_navigator(cfg: VLNTrainConfig, progress: bool = True) -> tuple[Path, di
 
 def _drop_training_leftovers(root: Path) -> None:
     """Delete what only a resume needs (optimizer state, samples, the untrained backbone) from a finished run."""
-    for junk in ("optim.pt", "samples.npz", "backbone"):
+    for junk in (f"{CHECKPOINT}/optim.pt", "optim.pt", "samples.npz", "backbone"):
         p = root / junk
         if p.is_dir():
             shutil.rmtree(p)
