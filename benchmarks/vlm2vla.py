@@ -112,10 +112,43 @@ def pretrain_vqa(out: Path, corpus: list[str], train: list[Any], m: dict[str, An
                      save_every=10**9, seed=seed, device="cpu", num_threads=1)
     res = fit(bundle, samples, s, progress=progress)
     log.info("VQA pre-training: loss %.3f -> %.3f in %.0f s", res["first_loss"], res["last_loss"], res["seconds"])
+    from agents.core.io import atomic_dir, write_text
+
     path = out / "pretrained"
-    bundle.model.save_pretrained(path)
-    bundle.processor.save_pretrained(path)
+    with atomic_dir(path) as tmp:  # a run killed while saving leaves no half model for --reuse-pretrained
+        bundle.model.save_pretrained(tmp)
+        bundle.processor.save_pretrained(tmp)
+        write_text(tmp / PRETRAIN_KEY, json.dumps(pretrain_key(m, seed), sort_keys=True))
     return path
+
+
+PRETRAIN_KEY = "allday_pretrain_key.json"
+
+
+def pretrain_key(m: dict[str, Any], seed: int) -> dict[str, Any]:
+    """What a pre-trained model depends on: ``--reuse-pretrained`` reuses one only when these match."""
+    keys = ("image", "model", "scenes", "pre_steps", "pre_lr", "batch", "spatial", "grounding")
+    return json.loads(json.dumps({"seed": seed, **{k: m.get(k) for k in keys}}, sort_keys=True, default=str))
+
+
+def reusable_pretrained(path: Path, m: dict[str, Any], seed: int) -> bool:
+    """Whether ``path`` holds a model pre-trained with these settings; ``ValueError`` when it holds one of others
+    (a rerun with another seed or prior must not count as its own draw)."""
+    from agents.core.io import read_json_object
+
+    if not (path / "config.json").is_file():
+        return False
+    try:
+        saved = read_json_object(path / PRETRAIN_KEY)
+    except (OSError, ValueError):
+        log.warning("%s has no readable %s (older run): pre-training again", path, PRETRAIN_KEY)
+        return False
+    want = pretrain_key(m, seed)
+    if saved != want:
+        diff = sorted(k for k in set(saved) | set(want) if saved.get(k) != want.get(k))
+        raise ValueError(f"{path} was pre-trained with other settings ({', '.join(diff)}); drop --reuse-pretrained "
+                         "or give the settings it was pre-trained with")
+    return True
 
 
 def finetune(method: str, pretrained: Path, lang: list[Any], m: dict[str, Any], out: Path, seed: int,
@@ -179,7 +212,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     lang = ScriptedRelabeller().relabel_all(demos)
     _stage("data", t0)
     pretrained = out / "pretrained"
-    if not (reuse and (pretrained / "config.json").is_file()):
+    if not (reuse and reusable_pretrained(pretrained, m, seed)):
         pretrained = pretrain_vqa(out, pretrain_corpus(lang, items, m), train, m, seed, progress)
     from agents.vlm import load_vlm
 
@@ -223,81 +256,6 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
         task.close()
     results["seconds"] = time.perf_counter() - t0
     return results
-
-
-def write_report(res: dict[str, Any], docs: Path) -> None:
-    """``docs/vlm2vla.md`` (table) and ``docs/vlm2vla.png`` (retention and success per method)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    docs.mkdir(parents=True, exist_ok=True)
-    pre = res["vqa_pretrained"]
-    lines = ["# VLM2VLA at small scale (benchmarks/vlm2vla.py, full mode)", "",
-             f"Tiny PaliGemma pre-trained on generated scene VQA: held-out accuracy {pre['accuracy']:.3f} "
-             f"({res['vqa_test_questions']} questions; majority-answer baseline {res['vqa_majority_baseline']:.3f}); "
-             f"{res['demos']} Lift demonstrations; {res['seconds'] / 60:.1f} min on a 2-core CPU.", "",
-             "LoRA r 16 / alpha 32 on all language-model linear layers; fine-tuning {ft_steps} steps of batch "
-             "{batch}, lr {ft_lr:g}, {ft_schedule} schedule, {ft_warmup} warm-up steps; {episodes} Lift episodes "
-             "of at most {max_steps} control steps per method (held-out seeds).".format(**res["settings"]), "",
-             "Free generation (the paper's protocol: malformed text resampled, 3 tries per level) and, for the "
-             "language codecs, the same fine-tune with grammar-constrained decoding (`constrained=True`).", "",
-             "| method | decoding | fine-tune loss | VQA acc | retained | Lift success | episodes | malformed | "
-             "gave up | s/action | s/generation |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-
-    def row(name: str, kind: str, r: dict[str, Any], ro: dict[str, Any]) -> str:
-        return (f"| {name} | {kind} | {r['first_loss']:.2f} -> {r['last_loss']:.2f} | {r['vqa']['accuracy']:.3f} | "
-                f"{100 * r['retention']:.0f}% | {ro['success']:.2f} | {ro['episodes']} | {ro['malformed_rate']:.2f} | "
-                f"{ro['gave_up']} | {ro['sec_per_action']:.3f} | {ro.get('sec_per_generation', float('nan')):.3f} |")
-
-    for name, r in res["methods"].items():
-        lines.append(row(name, "free", r, r))
-        if "constrained" in r:
-            lines.append(row(name, "constrained", r, r["constrained"]))
-    for key, label in (("language_replay", "ceiling: each demonstration's own action text, decoded, on its seed"),
-                       ("blind_replay", "blind: mean demonstration replayed open loop")):
-        if key in res:
-            b = res[key]
-            lines.append(f"| {label} | none | - | - | - | {b['success']:.2f} | {b['episodes']} | - | - | - | - |")
-    kinds = sorted(pre["by_kind"])
-    lines += ["", "Held-out VQA accuracy by question kind:", "",
-              "| model | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds),
-              "| pre-trained | " + " | ".join(f"{pre['by_kind'][k]:.2f}" for k in kinds) + " |"]
-    for name, r in res["methods"].items():
-        lines.append(f"| {name} | " + " | ".join(f"{r['vqa']['by_kind'].get(k, float('nan')):.2f}" for k in kinds)
-                     + " |")
-    (docs / "vlm2vla.md").write_text("\n".join(lines) + "\n")
-    names = list(res["methods"])
-    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
-    ax[0].bar(names, [100 * res["methods"][n]["retention"] for n in names], color="tab:blue")
-    ax[0].axhline(85, ls="--", c="k", lw=1, label="paper's claim (85%)")
-    ax[0].set_ylabel("VQA accuracy retained (%)")
-    ax[0].legend(fontsize=8)
-    x = np.arange(len(names))
-    for off, key, colour, label in ((-0.2, None, "tab:green", "free"), (0.2, "constrained", "tab:olive",
-                                                                          "constrained")):
-        ros = [res["methods"][n] if key is None else res["methods"][n].get(key) for n in names]
-        bars = ax[1].bar(x + off, [100 * r["success"] if r else 0 for r in ros], 0.4, color=colour, label=label)
-        for b, r in zip(bars, ros):
-            if r:
-                ax[1].annotate(f"{round(r['success'] * r['episodes'])}/{r['episodes']}",
-                               (b.get_x() + b.get_width() / 2, b.get_height() + 2), ha="center", fontsize=7)
-    if "blind_replay" in res:
-        ax[1].axhline(100 * res["blind_replay"]["success"], ls=":", c="tab:red", lw=1.2,
-                      label="blind replay of the mean demo")
-    ax[1].set_xticks(x, names)
-    ax[1].legend(fontsize=8)
-    ax[1].set_ylabel("Lift success (%)")
-    ax[1].set_ylim(0, 100)
-    for a in ax:
-        a.tick_params(axis="x", labelsize=7)
-    fig.suptitle("VLM2VLA vs action tokens, tiny PaliGemma on CPU")
-    fig.tight_layout()
-    fig.savefig(docs / "vlm2vla.png", dpi=120)
-    plt.close(fig)
 
 
 def add_pretraining_args(p: argparse.ArgumentParser) -> None:
@@ -346,9 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(methods or []) - set(METHODS))
     if unknown:
         p.error(f"unknown methods {unknown}; choose from {list(METHODS)}")
+    if args.reuse_pretrained:
+        try:
+            reusable_pretrained(out / "pretrained", MODES[mode], args.seed)
+        except ValueError as exc:
+            p.error(str(exc))
     res = run(mode, out, Path(args.cache), args.seed, args.progress, args.reuse_pretrained, methods)
     (out / "results.json").write_text(json.dumps(res, indent=1, default=float))
     if mode == "full" and methods is None:
+        from vlm2vla_report import write_report
+
         write_report(res, Path(args.docs))
     elif mode == "full":
         log.warning("a subset of methods ran: %s not rewritten; the results are in %s", args.docs,

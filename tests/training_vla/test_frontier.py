@@ -136,3 +136,22 @@ def test_frontier_runs_merge_into_one_report(tmp_path) -> None:
                                                   "methods": {}, "seconds": 1.0}))
     with pytest.raises(ValueError, match="pretrained_fingerprint"):
         bench.merge(paths)
+
+
+def test_reuse_pretrained_checks_what_the_model_was_pre_trained_with(tmp_path):
+    """``vlm2vla.py --reuse-pretrained`` reuses a model only for the seed and settings it was pre-trained with."""
+    import json
+
+    bench = _bench().base_bench
+    m = dict(bench.MODES["quick"])
+    path = tmp_path / "pretrained"
+    assert not bench.reusable_pretrained(path, m, seed=0)  # nothing there
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    assert not bench.reusable_pretrained(path, m, seed=0)  # an older run without a key: pre-train again
+    (path / bench.PRETRAIN_KEY).write_text(json.dumps(bench.pretrain_key(m, 0)))
+    assert bench.reusable_pretrained(path, m, seed=0)
+    with pytest.raises(ValueError, match=r"other settings \(seed\)"):
+        bench.reusable_pretrained(path, m, seed=1)  # would count one pre-training as two draws
+    with pytest.raises(ValueError, match="spatial"):
+        bench.reusable_pretrained(path, {**m, "spatial": "language"}, seed=0)
