@@ -180,3 +180,14 @@ def test_cached_demo_is_reused_only_for_the_same_step_limit(tmp_path):
     assert _cached(p_failed, len(failed.frames) + 50) is None  # more steps might succeed: record again
     (tmp_path / "cut.npz").write_bytes(p_ok.read_bytes()[:100])
     assert _cached(tmp_path / "cut.npz", n) is None and _cached(tmp_path / "none.npz", n) is None
+
+
+def test_folder_frames_are_read_in_numeric_order_without_zero_padding(tmp_path):
+    ep = lift_like_episode(0)
+    assert len(ep.frames) > 10  # names 0..T-1 sort wrongly as text (10 before 2)
+    root = write_folder([ep], tmp_path / "ds")
+    frames = root / "episode_0000" / "frames"
+    for f in sorted(frames.glob("*.png")):
+        f.rename(frames / f"{int(f.stem)}.png")  # a user's own naming: 0.png, 1.png, ... 10.png
+    (back,) = load_source({"source": "folder", "path": str(root)})
+    np.testing.assert_array_equal(back.frames, ep.frames)

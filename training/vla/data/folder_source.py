@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import zipfile
+import re
 from pathlib import Path
 
 import numpy as np
 
+from agents.core.io import NPZ_READ_ERRORS
 from training.vla.data.episode import Episode
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,13 @@ FRAMES = "frames"
 UNITS = {"m": 1.0, "cm": 0.01}
 
 
+def _natural(p: Path) -> list[int | str]:
+    """Sort key reading the numbers in a name as numbers: ``2.png`` before ``10.png`` (zero padding not needed)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
+
+
 def _episode_dirs(root: Path) -> list[Path]:
-    return sorted(p for p in root.iterdir() if p.is_dir())
+    return sorted((p for p in root.iterdir() if p.is_dir()), key=_natural)
 
 
 def _check_episode(d: Path) -> tuple[list[str], Episode | None]:
@@ -73,9 +79,9 @@ def _check_episode(d: Path) -> tuple[list[str], Episode | None]:
                     errs.append(f"{d / ACTIONS}: 'gripper' has {len(gripper)} values but 'deltas' has {len(deltas)}")
     except FileNotFoundError:
         errs.append(f"{d / ACTIONS}: missing")
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+    except NPZ_READ_ERRORS as exc:
         errs.append(f"{d / ACTIONS}: not a readable .npz ({exc})")
-    frame_files = sorted((d / FRAMES).glob("*.png")) if (d / FRAMES).is_dir() else []
+    frame_files = sorted((d / FRAMES).glob("*.png"), key=_natural) if (d / FRAMES).is_dir() else []
     if not frame_files:
         errs.append(f"{d / FRAMES}: no PNG frames")
     frames = []
