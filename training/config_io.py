@@ -11,7 +11,15 @@ import yaml
 
 from agents.core.config import read_yaml_mapping
 
-__all__ = ["apply_overrides", "read_yaml_mapping"]
+__all__ = ["apply_overrides", "override_value", "read_yaml_mapping"]
+
+
+def override_value(raw: str, item: str) -> Any:
+    """The YAML value of one ``key=value`` override (``item``, for the message); ``ValueError`` when not YAML."""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"override {item!r}: value is not valid YAML ({exc})") from exc
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -27,8 +35,5 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ValueError(f"override {item!r}: {part!r} is not a mapping")
-        try:
-            node[leaf] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"override {item!r}: value is not valid YAML ({exc})") from exc
+        node[leaf] = override_value(value, item)
     return out

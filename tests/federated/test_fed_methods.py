@@ -76,6 +76,12 @@ def test_registry_and_config_validation(tmp_path) -> None:
         load_config(p, ["colour=red"])
     with pytest.raises(FileNotFoundError):
         load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ValueError, match=r"override 'budgets=\[2, 4': value is not valid YAML"):
+        load_config(p, ["budgets=[2, 4"])  # a clear error on the command line, not a yaml traceback
+    from training.federated.flower.runtimes import select_family
+
+    with pytest.raises(ValueError, match="not valid YAML"):
+        select_family(None, ["method=[fedpte"])
 
 
 # ------------------------------------------------------------------------------------------------- init noise

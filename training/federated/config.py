@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from training.config_io import read_yaml_mapping
 
 FAULT_KINDS = ("nan", "shape", "rank", "crash")
@@ -111,7 +109,9 @@ class FedConfig:
 
 def _coerce(cls_field: dataclasses.Field, raw: str) -> Any:
     """Parse one ``k=v`` override value with YAML, so ``budgets=[2,4]`` and ``faults={1: nan}`` work."""
-    value = yaml.safe_load(raw)
+    from training.config_io import override_value
+
+    value = override_value(raw, f"{cls_field.name}={raw}")
     if cls_field.type in ("float",) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if cls_field.type == "str" and not isinstance(value, str):

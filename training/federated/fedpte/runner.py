@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from training.config_io import override_value
 from training.federated.flower.runtimes import FedFamily, RunOptions, read_yaml
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def _apply_override(data: dict[str, Any], item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ValueError(f"override {item!r}: {part!r} is not a mapping")
-    node[leaf] = yaml.safe_load(raw)
+    node[leaf] = override_value(raw, item)
 
 
 def load_spec(path: str | Path | None, overrides: list[str] | None = None) -> FedPTESpec:

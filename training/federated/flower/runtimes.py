@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from training.config_io import read_yaml_mapping
+from training.config_io import override_value, read_yaml_mapping
 
 log = logging.getLogger(__name__)
 # ``server_app`` / ``client_app`` are built on first access (module ``__getattr__``: flwr stays a lazy import);
@@ -106,7 +106,7 @@ def select_family(path: str | Path | None, overrides: list[str]) -> FedFamily:
     for item in overrides:
         key, sep, raw = item.partition("=")
         if sep and key.strip() == "method":
-            method = yaml.safe_load(raw)
+            method = override_value(raw, item)
     return family_for(str(method))
 
 
