@@ -140,6 +140,7 @@ def test_family_selection_and_spec_round_trip(tmp_path):
     ("method: fedpte\nrounds: 2\n", [], "needs a 'dataset:' section"),
     ("method: fedpte\ndataset: {n_train: 10}\n", [], "needs a 'dataset:' section with a 'name'"),
     ("method: fedpte\ndataset: {name: cifar}\n", [], "unknown dataset 'cifar'; known: digits, sim_views"),
+    ("method: fedpte\ndataset: {name: sim_views, n_train: 10}\n", [], "dataset 'sim_views' does not take ['n_train']"),
     ("method: fedpte\nlayers: 3\ndataset: {name: digits}\n", [], "unknown FedPTE config keys ['layers']"),
     ("method: fedpte\ndataset: {name: digits}\n", ["--set", "client.lr=-1"], "lr must be in"),
     ("method: fedpte\ndataset: {name: digits}\n", ["--set", "client.rate=1"], "unexpected keyword argument 'rate'"),

@@ -66,7 +66,7 @@ def _apply_override(data: dict[str, Any], item: str) -> None:
 
 def load_spec(path: str | Path | None, overrides: list[str] | None = None) -> FedPTESpec:
     """Read and validate a FedPTE YAML config (+ overrides); every problem is a ``ValueError`` naming the field."""
-    from training.federated.fedpte.data import DATASETS
+    from training.federated.fedpte.data import DATASETS, check_dataset_keys
     from training.federated.fedpte.loop import FedRunConfig
 
     data = read_yaml(path)
@@ -83,6 +83,10 @@ def load_spec(path: str | Path | None, overrides: list[str] | None = None) -> Fe
                          f"({' | '.join(DATASETS.names())}), got {ds!r}")
     if ds["name"] not in DATASETS:
         raise ValueError(f"{where}: unknown dataset {ds['name']!r}; known: {', '.join(DATASETS.names())}")
+    try:
+        check_dataset_keys(ds["name"], ds)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     try:
         run = FedRunConfig(**{k: data[k] for k in RUN_KEYS if k in data})
     except TypeError as exc:  # wrong value types and unknown client/evolution keys

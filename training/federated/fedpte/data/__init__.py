@@ -6,6 +6,7 @@ digit styles) and ``sim_views`` (furniture seen by the simulator's camera under 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,12 +40,28 @@ DATASETS.register("digits")("training.federated.fedpte.data.digits:make_digit_do
 DATASETS.register("sim_views")("training.federated.fedpte.data.sim_views:make_sim_view_domains")
 
 
-def load_domains(name: str, **kwargs) -> list[Domain]:
-    """Build a dataset's domains by registry name (the builder module is imported lazily)."""
+def _builder(name: str):
     import importlib
 
     module, _, fn = DATASETS.get(name).partition(":")
-    return getattr(importlib.import_module(module), fn)(**kwargs)
+    return getattr(importlib.import_module(module), fn)
 
 
-__all__ = ["DATASETS", "Domain", "load_domains"]
+def check_dataset_keys(name: str, keys: Iterable[str]) -> None:
+    """``ValueError`` naming the keys of a ``dataset:`` section that dataset ``name``'s builder does not take (a
+    misspelt or leftover key would otherwise be dropped silently)."""
+    import inspect
+
+    known = set(inspect.signature(_builder(name)).parameters)
+    unknown = sorted(set(keys) - known - {"name"})
+    if unknown:
+        raise ValueError(f"dataset {name!r} does not take {unknown}; it takes {sorted(known)}")
+
+
+def load_domains(name: str, **kwargs) -> list[Domain]:
+    """Build a dataset's domains by registry name (the builder module is imported lazily)."""
+    check_dataset_keys(name, kwargs)
+    return _builder(name)(**kwargs)
+
+
+__all__ = ["DATASETS", "Domain", "check_dataset_keys", "load_domains"]

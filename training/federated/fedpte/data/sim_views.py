@@ -126,8 +126,8 @@ def sim_views_cache_path(cache_dir: str | os.PathLike, n_houses: int = 80, views
 
 def make_sim_view_domains(n_houses: int = 80, views_per_class: int = 120, test_frac: float = 0.25, seed: int = 0,
                           conditions: tuple[str, ...] = CONDITIONS, condition_params: dict | None = None,
-                          cache_dir: str | os.PathLike | None = "runs/fedpte_cache", progress: bool = False,
-                          **_ignored) -> list[Domain]:
+                          cache_dir: str | os.PathLike | None = "runs/fedpte_cache",
+                          progress: bool = False) -> list[Domain]:
     """One :class:`Domain` per condition. ``condition_params`` maps a condition to its parameter overrides
     (default :data:`DEFAULT_CONDITION_PARAMS`; pass ``{}`` for the released defaults)."""
     if n_houses < 2:
