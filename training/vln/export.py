@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from agents.core.io import atomic_dir
 from agents.vln.configuration_vln import VLNAgentConfig
 from agents.vln.experts import TuckerExpertBank
 
@@ -22,13 +23,12 @@ def export_tuka_navigator(model: Any, router: Any, base_vlm_dir: str | Path, age
     from training.peft.tucker import export_tuka_factors
 
     out = Path(out_dir)
-    if (out / "vlm").exists():
-        shutil.rmtree(out / "vlm")
-    shutil.copytree(Path(base_vlm_dir), out / "vlm")
-    agent_cfg.save(out)
     factors, scalings = export_tuka_factors(model)
     factors = {k: {n: t.float() for n, t in f.items()} for k, f in factors.items()}
     first = next(iter(factors.values()))
-    TuckerExpertBank(factors, scalings, int(first["U3"].shape[0]), int(first["U4"].shape[0])).save(out)
-    router.to_table().save(out)
+    with atomic_dir(out) as tmp:  # the whole checkpoint at once: a node never loads old experts with new prototypes
+        shutil.copytree(Path(base_vlm_dir), tmp / "vlm")
+        agent_cfg.save(tmp)
+        TuckerExpertBank(factors, scalings, int(first["U3"].shape[0]), int(first["U4"].shape[0])).save(tmp)
+        router.to_table().save(tmp)
     return out
