@@ -117,25 +117,30 @@ class WireClient:
 
     def _on_status(self, msg: Any) -> None:
         try:
-            st = json.loads(msg.data)
-            st["event"]
-        except (json.JSONDecodeError, TypeError, KeyError):
-            log.warning("ignored a malformed /episode/status message")
-            return
-        if st.get("event") == "finished":
+            self._status(json.loads(msg.data))
+        except (json.JSONDecodeError, TypeError, KeyError, ValueError, AttributeError) as exc:
+            log.warning("ignored a malformed /episode/status message (%s: %s)", type(exc).__name__, exc)
+
+    def _status(self, st: dict[str, Any]) -> None:
+        """Apply one status message; every field is read before anything is changed, so a malformed message
+        (missing or mistyped field) raises and leaves the episodes as they were."""
+        event = st["event"]
+        if event == "finished":
             self.finished = True
             return
-        if st["event"] == "reset":
-            self.episodes.append(WireEpisode(st["episode_id"], st["scene_id"], st["goal"]))
-        if not self.episodes or self.episodes[-1].episode_id != st.get("episode_id"):
+        if event != "reset" and (not self.episodes or self.episodes[-1].episode_id != st.get("episode_id")):
             return
+        position, stamp, step = list(st["position"]), int(st["stamp_ns"]), int(st["step"])
+        action = None if st.get("action") is None else int(st["action"])
+        if event == "reset":
+            self.episodes.append(WireEpisode(st["episode_id"], st["scene_id"], st["goal"]))
         ep = self.episodes[-1]
-        ep.positions.append(list(st["position"]))
-        ep.stamps.append(int(st["stamp_ns"]))
-        ep.steps = int(st["step"])
-        if st.get("action") is not None:
-            ep.last_action = int(st["action"])
-        if st["event"] == "done":
+        ep.positions.append(position)
+        ep.stamps.append(stamp)
+        ep.steps = step
+        if action is not None:
+            ep.last_action = action
+        if event == "done":
             ep.done = True
             ep.sim_metrics = st.get("metrics")
 

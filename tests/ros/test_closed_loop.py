@@ -75,3 +75,24 @@ def test_condition_switch_and_unknown_condition(episodes, start_node, ros_node):
     assert ok.successful
     assert spin_until(ros_node, lambda: any(s.get("condition") == "low_light" and s.get("event") == "reset"
                                             for s in statuses), timeout=20)
+
+
+def test_malformed_status_messages_are_ignored_whole(ros_node):
+    """A status message with a missing or mistyped field is dropped without touching the recorded episodes."""
+    from types import SimpleNamespace
+
+    client = WireClient(ros_node)
+    msg = lambda d: SimpleNamespace(data=d if isinstance(d, str) else json.dumps(d))  # noqa: E731
+    reset = {"event": "reset", "episode_id": 7, "scene_id": "s", "goal": [1, 2, 0], "position": [0, 0, 0],
+             "stamp_ns": 5, "step": 0}
+    client._on_status(msg(reset))
+    for bad in ("{not json", "[1, 2]", {"episode_id": 7}, {**reset, "event": "step", "step": "x"},
+                {**reset, "event": "step", "stamp_ns": None}, {**reset, "position": None},
+                {**reset, "episode_id": 8, "action": "left"}, {**reset, "event": "step", "position": 3}):
+        client._on_status(msg(bad))  # must not raise inside the ROS callback
+    assert len(client.episodes) == 1 and client.episodes[0].positions == [[0, 0, 0]] and client.episodes[0].steps == 0
+    client._on_status(msg({**reset, "event": "done", "step": 3, "stamp_ns": 9, "action": 0, "metrics": {"sr": 1}}))
+    ep = client.episodes[0]
+    assert ep.done and ep.steps == 3 and ep.last_action == 0 and ep.stamps == [5, 9] and not client.finished
+    client._on_status(msg({"event": "finished"}))
+    assert client.finished
