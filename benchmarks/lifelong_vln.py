@@ -128,6 +128,7 @@ def _references(report: dict) -> dict:
 
 def merge(paths: list[str], out: Path) -> int:
     """Combine runs of the same sequence that trained different methods (e.g. two processes)."""
+    from agents.core.config import differing_keys
     from agents.core.io import read_json_object
 
     reports = [read_json_object(p, required=("tasks", "unseen", "config", "results")) for p in paths]
@@ -138,8 +139,7 @@ def merge(paths: list[str], out: Path) -> int:
         for key in ("success_distance", "physical_conditions"):
             if r.get(key, True) != first.get(key, True):
                 raise ValueError(f"{path}: runs to merge must share {key}: {first.get(key)} against {r.get(key)}")
-        mine, theirs = first["config"], r["config"]
-        diff = sorted(k for k in set(mine) | set(theirs) if k != "methods" and mine.get(k) != theirs.get(k))
+        diff = differing_keys(first["config"], r["config"], ignore=("methods",))
         if diff:  # e.g. steps_per_task, lr, the base navigator's settings: the methods would not be comparable
             raise ValueError(f"{path}: runs to merge must share their settings (all but methods); they differ in "
                              f"{', '.join(diff)}")

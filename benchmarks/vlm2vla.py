@@ -34,6 +34,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from vlm2vla_report import write_report  # noqa: E402 - the sibling module (benchmarks/ is this script's folder)
+
 log = logging.getLogger("vlm2vla")
 
 METHODS = {"VLM2VLA": "language", "VLM2VLA-AT": "action_tokens", "binned (OpenVLA-style)": "binned"}
@@ -134,6 +136,7 @@ def pretrain_key(m: dict[str, Any], seed: int) -> dict[str, Any]:
 def reusable_pretrained(path: Path, m: dict[str, Any], seed: int) -> bool:
     """Whether ``path`` holds a model pre-trained with these settings; ``ValueError`` when it holds one of others
     (a rerun with another seed or prior must not count as its own draw)."""
+    from agents.core.config import differing_keys
     from agents.core.io import read_json_object
 
     if not (path / "config.json").is_file():
@@ -145,7 +148,7 @@ def reusable_pretrained(path: Path, m: dict[str, Any], seed: int) -> bool:
         return False
     want = pretrain_key(m, seed)
     if saved != want:
-        diff = sorted(k for k in set(saved) | set(want) if saved.get(k) != want.get(k))
+        diff = differing_keys(saved, want)
         raise ValueError(f"{path} was pre-trained with other settings ({', '.join(diff)}); drop --reuse-pretrained "
                          "or give the settings it was pre-trained with")
     return True
@@ -312,8 +315,6 @@ def main(argv: list[str] | None = None) -> int:
     res = run(mode, out, Path(args.cache), args.seed, args.progress, args.reuse_pretrained, methods)
     (out / "results.json").write_text(json.dumps(res, indent=1, default=float))
     if mode == "full" and methods is None:
-        from vlm2vla_report import write_report
-
         write_report(res, Path(args.docs))
     elif mode == "full":
         log.warning("a subset of methods ran: %s not rewritten; the results are in %s", args.docs,

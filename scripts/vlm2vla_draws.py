@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from agents.core.config import differing_keys  # noqa: E402
+
 log = logging.getLogger("vlm2vla_draws")
 LANG, AT = "VLM2VLA", "VLM2VLA-AT"
 
@@ -33,6 +36,11 @@ def load_draw(path: Path) -> dict[str, Any]:
         raise ValueError(f"{f}: not a readable vlm2vla results file ({exc})") from exc
     if not isinstance(res, dict) or res.get("mode") != "full" or not isinstance(res.get("methods"), dict):
         raise ValueError(f"{f}: not the results of a full benchmarks/vlm2vla.py run")
+    missing = [k for k in ("settings", "vqa_pretrained") if not isinstance(res.get(k), dict)]
+    missing += [f"methods.{m}.{k}" for m, v in res["methods"].items()
+                for k in ("retention", "success", "malformed_rate") if not isinstance(v, dict) or k not in v]
+    if missing:
+        raise ValueError(f"{f}: incomplete results (missing {', '.join(missing)})")
     return res
 
 
@@ -150,9 +158,12 @@ def main(argv: list[str] | None = None) -> int:
               [str(r.get("seed", f"#{i + 1}")) for i, r in enumerate(loaded)])  # runs since 2026-12-04 record it
     if len(labels) != len(args.runs) or len(set(labels)) != len(labels):
         p.error(f"--labels needs {len(args.runs)} distinct labels, got {labels}")
+    seeds = [r["seed"] for r in loaded if "seed" in r]
+    if len(set(seeds)) != len(seeds):
+        p.error(f"two runs have the same seed ({sorted(seeds)}): one draw counted twice")
     draws = dict(zip(labels, loaded))
     first = next(iter(draws.values()))["settings"]
-    diff = {k for r in draws.values() for k in set(first) | set(r["settings"]) if r["settings"].get(k) != first.get(k)}
+    diff = sorted({k for r in draws.values() for k in differing_keys(first, r["settings"])})
     if diff:
         if not args.allow_mixed:
             p.error(f"the runs' settings differ in {sorted(diff)}; give --allow-mixed to combine them anyway")
@@ -174,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             "retention": {m: mean(d["retention"]) for m, d in s["methods"].items()},
             "success": {m: mean(d["success"]) for m, d in s["methods"].items()},
             "blind": mean(s["blind"]),
+            "above_blind": {m: d["above_blind"] for m, d in s["methods"].items()},
             "lang_over_at_retention": s.get("lang_over_at_retention"),
             "lang_over_at_success": s.get("lang_over_at_success")}
     print(json.dumps(line))

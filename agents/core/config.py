@@ -4,6 +4,7 @@ plain dicts)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,3 +62,12 @@ def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{p}: top level must be a mapping of {what} fields")
     return data
+
+
+def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any], ignore: Iterable[str] = (),
+                   shared_only: bool = False) -> list[str]:
+    """The sorted keys whose values differ between two settings mappings (a key one side lacks differs, unless
+    ``shared_only``: then only keys both have are compared, so settings added later do not refuse older records)."""
+    keys = set(a) & set(b) if shared_only else set(a) | set(b)
+    skip = set(ignore)
+    return sorted(k for k in keys if k not in skip and a.get(k) != b.get(k))

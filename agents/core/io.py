@@ -23,8 +23,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NPZ_READ_ERRORS", "atomic_dir", "atomic_path", "is_temporary", "read_json_object", "save_npz",
-           "write_bytes", "write_text"]
+__all__ = ["NPZ_READ_ERRORS", "atomic_dir", "atomic_path", "is_temporary", "load_npz", "load_torch_file",
+           "read_json_object", "restore_interrupted", "save_npz", "write_bytes", "write_text"]
 
 _TMP_MARK = ".tmp"
 
@@ -84,20 +84,45 @@ def atomic_path(path: str | Path, suffix: str | None = None) -> Iterator[Path]:
             _remove(tmp)
 
 
+def _aside(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{_TMP_MARK}.old")
+
+
+def restore_interrupted(path: str | Path) -> bool:
+    """Undo a folder swap of :func:`atomic_dir` killed between moving the old folder aside and moving the new one
+    in: when ``path`` is missing and a folder moved aside from it is there, put that one back. Readers of such
+    folders call this first; returns whether it restored one."""
+    path = Path(path)
+    if path.exists() or not path.parent.is_dir():
+        return False
+    aside = [p for p in path.parent.glob(f".{path.name}.*{_TMP_MARK}.old") if p.is_dir()]
+    if not aside:
+        return False
+    newest = max(aside, key=lambda p: p.stat().st_mtime_ns)
+    os.replace(newest, path)
+    log.warning("restored %s from %s (a write of its replacement was interrupted)", path, newest.name)
+    return True
+
+
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``path``; when the block ends without an exception it takes
-    ``path``'s place (an existing folder there is moved aside, then deleted), otherwise it is deleted and
-    ``path`` is left untouched. For writers that produce a folder (``save_pretrained``, checkpoints)."""
+    """Yield an empty temporary folder beside ``path``; when the block ends without an exception its files are
+    flushed to disk and it takes ``path``'s place (an existing folder there is moved aside, then deleted: a kill
+    between the two renames is undone by :func:`restore_interrupted`), otherwise it is deleted and ``path`` is
+    left untouched. For writers that produce a folder (``save_pretrained``, checkpoints)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    restore_interrupted(path)
     tmp = _temporary(path, "")
     tmp.mkdir()
     try:
         yield tmp
+        for f in tmp.rglob("*"):
+            if f.is_file() and not f.is_symlink():
+                _fsync_file(f)
         old = None
         if path.exists() or path.is_symlink():
-            old = _temporary(path, ".old")
+            old = _aside(path)
             os.replace(path, old)
         try:
             os.replace(tmp, path)
@@ -123,6 +148,34 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically; returns the path."""
     return write_bytes(path, text.encode("utf-8"))
+
+
+def load_npz(path: str | Path) -> Any:
+    """``np.load`` of an ``.npz`` archive (no pickles), to use as a context manager; ``ValueError`` naming ``path``
+    when it cannot be opened or is not an archive (a plain ``.npy``). Reading a member of a damaged archive can
+    still raise one of :data:`NPZ_READ_ERRORS`."""
+    import numpy as np
+
+    try:
+        d = np.load(path, allow_pickle=False)
+    except NPZ_READ_ERRORS as exc:
+        raise ValueError(f"{path}: unreadable .npz ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(d, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: not an .npz archive")
+    return d
+
+
+def load_torch_file(path: str | Path, what: str, weights_only: bool = False) -> Any:
+    """``torch.load(path)`` on the CPU; ``ValueError`` naming ``what`` and ``path`` for a truncated or foreign file
+    (``FileNotFoundError`` when it is missing)."""
+    import torch
+
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=weights_only)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - truncated or foreign files raise several unpickling error types
+        raise ValueError(f"corrupt {what} {path}: {type(exc).__name__}: {exc}") from exc
 
 
 def save_npz(path: str | Path, compressed: bool = True, **arrays: Any) -> Path:

@@ -122,3 +122,51 @@ def test_read_json_object_names_the_file(tmp_path):
             read_json_object(f, required=("a",))
     with pytest.raises(FileNotFoundError):
         read_json_object(tmp_path / "none.json")
+
+
+def test_a_swap_killed_between_its_renames_is_undone(tmp_path, monkeypatch):
+    import agents.core.io as io
+    from agents.core.io import restore_interrupted
+
+    path = tmp_path / "checkpoint"
+    with atomic_dir(path) as tmp:
+        (tmp / "state.json").write_text("old")
+    real_replace = io.os.replace
+    calls = []
+
+    def killed_on_the_second_rename(a, b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the old folder is aside, the new one not yet in place
+        real_replace(a, b)
+
+    monkeypatch.setattr(io.os, "replace", killed_on_the_second_rename)
+    with pytest.raises(KeyboardInterrupt), atomic_dir(path) as tmp:
+        (tmp / "state.json").write_text("new")
+    monkeypatch.setattr(io.os, "replace", real_replace)
+    assert not path.exists()
+    assert restore_interrupted(path) and (path / "state.json").read_text() == "old"
+    assert not restore_interrupted(path)  # nothing left to restore
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+
+
+def test_load_npz_and_load_torch_file_name_bad_files(tmp_path):
+    import torch
+
+    from agents.core.io import load_npz, load_torch_file
+
+    np.save(tmp_path / "plain.npy", np.ones(3))
+    with pytest.raises(ValueError, match="plain.npy: not an .npz archive"):
+        load_npz(tmp_path / "plain.npy")
+    (tmp_path / "cut.npz").write_bytes(save_npz(tmp_path / "ok.npz", a=np.ones(3)).read_bytes()[:30])
+    with pytest.raises(ValueError, match="cut.npz: unreadable .npz"):
+        load_npz(tmp_path / "cut.npz")
+    with load_npz(tmp_path / "ok.npz") as z:
+        assert z["a"].sum() == 3
+    torch.save({"x": 1}, tmp_path / "s.pt")
+    assert load_torch_file(tmp_path / "s.pt", "state") == {"x": 1}
+    (tmp_path / "bad.pt").write_bytes(b"not a torch file")
+    with pytest.raises(ValueError, match="corrupt state .*bad.pt"):
+        load_torch_file(tmp_path / "bad.pt", "state")
+    with pytest.raises(FileNotFoundError):
+        load_torch_file(tmp_path / "none.pt", "state")

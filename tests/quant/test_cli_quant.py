@@ -62,7 +62,7 @@ def test_quantize_torch_module_and_errors(tmp_path, capsys) -> None:
     skeleton = out / "float_module.pt"
     skeleton.write_bytes(skeleton.read_bytes()[:200])  # a truncated skeleton: a clear error, not a traceback
     assert main(["export-onnx", str(out), str(tmp_path / "y.onnx")]) == 2
-    assert "could not load" in capsys.readouterr().err and not (tmp_path / "y.onnx").exists()
+    assert "corrupt torch.save-d module" in capsys.readouterr().err and not (tmp_path / "y.onnx").exists()
     (out / "source.json").write_text("[1, 2")
     assert main(["export-onnx", str(out), str(tmp_path / "y.onnx")]) == 2
-    assert "source.json: unreadable" in capsys.readouterr().err
+    assert "source.json: unreadable JSON" in capsys.readouterr().err

@@ -43,6 +43,7 @@ def test_draws_are_combined(tmp_path):
     assert line["draws"] == 2 and line["retention"]["VLM2VLA"] == pytest.approx(0.6)
     assert line["success"]["VLM2VLA-AT"] == pytest.approx(0.18) and line["blind"] == pytest.approx(0.39)
     assert line["lang_over_at_retention"] == 1 and line["lang_over_at_success"] == 2
+    assert line["above_blind"] == {"VLM2VLA": 1, "VLM2VLA-AT": 0, "binned (OpenVLA-style)": 0}
     md = (tmp_path / "t.md").read_text()
     assert "| method | measure | draw 0 | draw 1 | mean +- sd |" in md
     assert "| VLM2VLA | VQA retained | 70% | 50% | 60% +- 14 |" in md
@@ -62,4 +63,10 @@ def test_mixed_settings_and_bad_files_are_refused(tmp_path):
     res = _run(str(a), str(bad))
     assert res.returncode == 2 and "not the results of a full" in res.stderr
     assert _run(str(a), "--labels", "x,y").returncode == 2
+    res = _run(str(a), str(a), "--labels", "x,y")  # the same draw twice under two labels
+    assert res.returncode == 2 and "the same seed" in res.stderr
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps({"mode": "full", "methods": {"VLM2VLA": {"success": 0.1}}}))
+    res = _run(str(a), str(part))
+    assert res.returncode == 2 and "incomplete results (missing settings, vqa_pretrained" in res.stderr
     assert "usage" in _run("--help").stdout

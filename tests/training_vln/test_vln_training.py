@@ -214,7 +214,8 @@ def test_base_navigator_survives_a_kill_during_its_clean_up(tmp_path, monkeypatc
     c = VLNTrainConfig(**BASE, cache_dir=str(tmp_path))
     real_drop, real_train = nav._drop_training_leftovers, nav.train_navigator
 
-    def killed(root):
+    def killed(root):  # the old clean-up's order: optimizer state, then samples, then (never reached) DONE
+        (root / "checkpoint" / "optim.pt").unlink()
         (root / "samples.npz").unlink()
         raise KeyboardInterrupt
 
@@ -222,8 +223,9 @@ def test_base_navigator_survives_a_kill_during_its_clean_up(tmp_path, monkeypatc
     with pytest.raises(KeyboardInterrupt):
         nav.base_navigator(c, progress=False)
     root = tmp_path / f"base-{c.fingerprint()}"
-    again = real_train(c, root, resume=True, progress=False)  # a finished run resumes without its samples
-    assert again["steps"] == c.steps + c.dagger_steps
+    first = json.loads((root / "metrics.json").read_text())
+    again = real_train(c, root, resume=True, progress=False)  # a finished run resumes without samples or optimizer
+    assert again["steps"] == c.steps + c.dagger_steps and again["samples"] == first["samples"] > 0
     monkeypatch.setattr(nav, "_drop_training_leftovers", real_drop)
     monkeypatch.setattr(nav, "train_navigator", lambda *a, **k: pytest.fail("retrained a finished base navigator"))
     final, metrics = nav.base_navigator(c, progress=False)

@@ -41,10 +41,9 @@ def _load_module(p: Path) -> Any:
     """A ``torch.save``-d ``nn.Module``; ``ValueError`` naming ``p`` for a truncated or foreign file."""
     import torch
 
-    try:
-        obj = torch.load(str(p), map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad input file
-        raise ValueError(f"could not load {p} with torch.load: {exc}") from exc
+    from agents.core.io import load_torch_file
+
+    obj = load_torch_file(p, "torch.save-d module")
     if not isinstance(obj, torch.nn.Module):
         raise ValueError(f"{p} holds a {type(obj).__name__}, not an nn.Module")
     return obj
@@ -127,12 +126,9 @@ def load_cli_quantized(path: str | Path) -> tuple[Any, dict[str, Any]]:
     sfile = p / SOURCE_FILE
     if not sfile.is_file():
         raise FileNotFoundError(f"{sfile} not found: {p} was not written by `allday quantize`")
-    try:
-        src = json.loads(sfile.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{sfile}: unreadable ({exc})") from exc
-    if not isinstance(src, dict):
-        raise ValueError(f"{sfile}: expected a JSON object, got {type(src).__name__}")
+    from agents.core.io import read_json_object
+
+    src = read_json_object(sfile)
     if src.get("kind") == "transformers":
         from transformers import AutoConfig, AutoModel
 

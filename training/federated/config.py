@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.config_io import read_yaml_mapping
+from training.config_io import override_value, read_yaml_mapping
 
 FAULT_KINDS = ("nan", "shape", "rank", "crash")
 
@@ -109,8 +109,6 @@ class FedConfig:
 
 def _coerce(cls_field: dataclasses.Field, raw: str) -> Any:
     """Parse one ``k=v`` override value with YAML, so ``budgets=[2,4]`` and ``faults={1: nan}`` work."""
-    from training.config_io import override_value
-
     value = override_value(raw, f"{cls_field.name}={raw}")
     if cls_field.type in ("float",) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.core.io import atomic_path
+from agents.core.config import differing_keys
+from agents.core.io import atomic_path, load_torch_file
 from training.federated.config import FedConfig
 from training.federated.local import get_task, global_eval, lora_scale
 from training.federated.methods.base import FedMethod, State, Upload
@@ -69,18 +70,14 @@ class FedServer:
         return Path(self.cfg.checkpoint_dir) / CHECKPOINT if self.cfg.checkpoint_dir else None
 
     def _load(self, path: Path) -> None:
-        try:
-            blob = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as exc:  # truncated or foreign files raise several unpickling error types
-            raise ValueError(f"corrupt federated checkpoint {path}: {type(exc).__name__}: {exc}") from exc
+        blob = load_torch_file(path, "federated checkpoint")
         if not isinstance(blob, dict) or not {"method", "round", "state"} <= blob.keys():
             raise ValueError(f"{path} is not a federated checkpoint (needs method, round and state)")
         if blob.get("method") != self.method.name:
             raise ValueError(f"checkpoint {path} holds method {blob.get('method')!r}, config says {self.method.name!r}")
         saved, mine = blob.get("config"), self.cfg.to_dict()
         if isinstance(saved, dict):
-            diff = sorted(k for k in set(saved) | set(mine)
-                          if k not in RESUME_MAY_CHANGE and saved.get(k) != mine.get(k))
+            diff = differing_keys(saved, mine, ignore=RESUME_MAY_CHANGE, shared_only=True)
             if diff:
                 raise ValueError(f"checkpoint {path} was written with other settings ({', '.join(diff)}); give another "
                                  "checkpoint_dir, or resume: false to start over")

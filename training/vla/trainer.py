@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.core.io import atomic_dir, read_json_object
+from agents.core.io import atomic_dir, load_torch_file, read_json_object
 from training.vla.config import LoopSettings
 
 log = logging.getLogger(__name__)
@@ -125,10 +125,7 @@ def load_checkpoint(path: Path, model: Any, optimizer: Any, scheduler: Any) -> i
     f = path / "state.pt"
     if not f.is_file():
         raise ValueError(f"{path} is not a VLA training checkpoint (no state.pt)")
-    try:
-        state = torch.load(f, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - truncated or foreign files raise several unpickling error types
-        raise ValueError(f"corrupt VLA training checkpoint {f}: {type(exc).__name__}: {exc}") from exc
+    state = load_torch_file(f, "VLA training checkpoint")
     if not isinstance(state, dict) or not {"trainable", "optimizer", "scheduler", "rng", "step"} <= state.keys():
         raise ValueError(f"{f} is not a VLA training checkpoint (needs trainable, optimizer, scheduler, rng, step)")
     params = dict(model.named_parameters())

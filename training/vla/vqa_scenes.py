@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agents.core.io import NPZ_READ_ERRORS, save_npz
+from agents.core.io import NPZ_READ_ERRORS, load_npz, save_npz
 
 log = logging.getLogger(__name__)
 
@@ -200,11 +200,11 @@ def save_vqa(items: list[VQAItem], path: str | Path) -> Path:
 def load_vqa(path: str | Path) -> list[VQAItem]:
     """Read a :func:`save_vqa` cache; ``ValueError`` naming it when it is missing, truncated or not one."""
     try:
-        with np.load(Path(path), allow_pickle=False) as z:
+        with load_npz(path) as z:
             img = {int(s): z["images"][i] for i, s in enumerate(z["scene_ids"])}
             return [VQAItem(img[int(s)], str(q), str(a), str(k), int(s))
                     for s, q, a, k in zip(z["scene"], z["question"], z["answer"], z["kind"], strict=True)]
-    except (*NPZ_READ_ERRORS, AttributeError) as exc:  # AttributeError: a plain .npy array, not an archive
+    except NPZ_READ_ERRORS as exc:
         raise ValueError(f"unreadable VQA cache {path} ({type(exc).__name__}: {exc})") from exc
 
 

@@ -19,7 +19,8 @@ from agents.vln.experts import TuckerExpertBank
 
 def export_tuka_navigator(model: Any, router: Any, base_vlm_dir: str | Path, agent_cfg: VLNAgentConfig,
                           out_dir: str | Path) -> Path:
-    """Write a servable AlldayWalker checkpoint from a TuKA ``PeftModel`` and its ``PrototypeRouter``."""
+    """Write a servable AlldayWalker checkpoint from a TuKA ``PeftModel`` and its ``PrototypeRouter`` to ``out_dir``,
+    replacing the whole folder at once (anything else in it is removed)."""
     from training.peft.tucker import export_tuka_factors
 
     out = Path(out_dir)

@@ -11,7 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from agents.core.io import NPZ_READ_ERRORS, atomic_dir, read_json_object, save_npz, write_text
+from agents.core.io import (
+    NPZ_READ_ERRORS,
+    atomic_dir,
+    load_npz,
+    read_json_object,
+    restore_interrupted,
+    save_npz,
+    write_text,
+)
 from agents.vln.modeling_vln import AlldayWalkerPolicy
 from agents.vln.processor_vln import VLNProcessor
 from sim.core.env import NavEnvConfig
@@ -119,10 +127,7 @@ def save_samples(path: Path, samples: list[Sample]) -> None:
 def load_samples(path: Path) -> list[Sample]:
     """Read :func:`save_samples`' file; a missing, truncated or foreign file raises ``ValueError`` naming it."""
     try:
-        d = np.load(path)
-        if not isinstance(d, np.lib.npyio.NpzFile):
-            raise ValueError("not an .npz archive")
-        with d:
+        with load_npz(path) as d:
             return [Sample(img, str(p), str(t), int(i[0]), int(i[1]))
                     for img, p, t, i in zip(d["image"], d["prompt"], d["target"], d["ids"], strict=True)]
     except NPZ_READ_ERRORS as exc:
@@ -180,7 +185,7 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.image_size, agent_cfg)
     trainer = Imitation(model, vproc, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed + state["step"],
                         accelerator=_accelerator())
-    if state_path.is_file() and resume:
+    if state_path.is_file() and resume and (ckpt / "optim.pt").is_file():  # a finished base drops it
         trainer.optimizer.load_state_dict(torch.load(ckpt / "optim.pt", weights_only=True))
         if "rng" in state:  # the batch draws continue where they stopped (not from the phase's first batch)
             trainer.rng.bit_generator.state = state["rng"]
@@ -227,7 +232,8 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     policy = AlldayWalkerPolicy(bundle, agent_cfg)
     metrics = {c: evaluate_policy(policy, cfg, eval_eps, eval_gts, c, progress) for c in cfg.eval_conditions}
     policy.save_pretrained(out / "final")
-    result = {"metrics": metrics, "steps": state["step"], "samples": len(samples), "last_losses": losses[-20:],
+    result = {"metrics": metrics, "steps": state["step"], "samples": state.get("samples", len(samples)),
+              "last_losses": losses[-20:],
               "fingerprint": cfg.fingerprint(), "config": cfg.to_dict()}
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=float))
     state["phase"] = "done"
@@ -238,6 +244,7 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
 def checkpoint_dir(out: Path) -> Path:
     """The folder holding a navigator run's resumable checkpoint (``model/``, ``optim.pt``, ``state.json``);
     runs written before 2026-12-04 kept these in ``out`` itself."""
+    restore_interrupted(out / CHECKPOINT)
     if not (out / CHECKPOINT).is_dir() and (out / STATE).is_file():
         return out
     return out / CHECKPOINT

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from agents.core.config import check_ints, check_numbers, config_from_dict
-from agents.core.io import NPZ_READ_ERRORS, save_npz
+from agents.core.io import NPZ_READ_ERRORS, load_npz, save_npz
 from agents.vln.actions import GOAL_WORDS
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress
     key = scene_set_key(nav_cfg, split, cfg)
     if cache is not None and Path(cache).is_file():
         try:
-            with np.load(cache) as d:
+            with load_npz(cache) as d:
                 if str(d["key"]) == key:
                     return [(f, str(q), str(a), int(n)) for f, q, a, n in zip(d["frame"], d["question"], d["answer"],
                                                                               d["pixels"])]

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.core.io import NPZ_READ_ERRORS, is_temporary, save_npz
+from agents.core.io import NPZ_READ_ERRORS, is_temporary, load_npz, save_npz
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def load_episode(path: str | Path) -> Episode:
     if not path.is_file():
         raise FileNotFoundError(f"no episode file at {path}")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with load_npz(path) as z:
             missing = {"frames", "deltas", "gripper", "header"} - set(z.files)
             if missing:
                 raise ValueError(f"{path}: not an allday episode file (missing arrays {sorted(missing)})")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from agents.core.io import NPZ_READ_ERRORS, save_npz
+from agents.core.io import NPZ_READ_ERRORS, load_npz, save_npz
 from training.federated.fedpte.data import Domain
 
 log = logging.getLogger(__name__)
@@ -141,12 +141,12 @@ def make_sim_view_domains(n_houses: int = 80, views_per_class: int = 120, test_f
         path = sim_views_cache_path(cache_dir, n_houses, views_per_class, test_frac, seed, conditions, params)
         if path.exists():
             try:
-                with np.load(path) as z:
+                with load_npz(path) as z:
                     arrays = {k: z[k] for k in z.files}
                 domains = _domains(arrays, conditions)
                 log.info("sim_views: cached %s", path)
                 return domains
-            except (*NPZ_READ_ERRORS, AttributeError) as exc:
+            except NPZ_READ_ERRORS as exc:
                 log.warning("sim_views: unreadable cache %s (%s: %s); rendering it again", path,
                             type(exc).__name__, exc)
     views = _viewpoints(n_houses, views_per_class, seed)
