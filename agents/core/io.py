@@ -5,15 +5,18 @@ these helpers (Hugging Face ``save_pretrained`` folders are swapped whole with :
 owns the folder), so a write interrupted by an exception (Ctrl-C included) leaves the previous file in place and
 removes its temporary. A process killed outright
 (SIGKILL, the OOM killer) can leave a temporary behind: hidden (``.name.<pid>.<token>.tmp...``), never read in
-place of the target; :func:`is_temporary` tells readers that list folders to skip it.
+place of the target (:func:`is_temporary` tells readers that list folders to skip it), and swept by the next write
+of the same target once its process is gone and it is an hour old.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import shutil
+import time
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -37,6 +40,42 @@ NPZ_READ_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyErro
 def _temporary(path: Path, suffix: str) -> Path:
     """A hidden sibling of ``path``, unique per process and per call, ending with ``suffix``."""
     return path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}{_TMP_MARK}{suffix}")
+
+
+#: A killed writer's temporary is swept by the next write of the same target once it is this old (seconds) and its
+#: process is gone: a writer on another host sharing the folder has a pid unknown here, but not an hour-old file.
+STALE_AFTER_S = 3600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def _sweep_stale(path: Path) -> None:
+    """Delete temporaries (and folders moved aside) of ``path`` left by writers that were killed: their process is
+    gone and they are older than :data:`STALE_AFTER_S`. POSIX only (``os.kill(pid, 0)`` probes there)."""
+    if os.name != "posix" or not path.parent.is_dir():
+        return
+    pattern = re.compile(rf"^\.(?:{re.escape(path.stem)}|{re.escape(path.name)})\.(\d+)\.[0-9a-f]{{8}}"
+                         rf"{re.escape(_TMP_MARK)}")
+    now = time.time()
+    for p in path.parent.iterdir():
+        m = pattern.match(p.name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            old = now - p.lstat().st_mtime > STALE_AFTER_S
+        except OSError:
+            continue
+        if old and not _pid_alive(int(m.group(1))):
+            log.info("removing %s, left by a writer that was killed", p)
+            _remove(p)
 
 
 def is_temporary(path: str | Path) -> bool:
@@ -74,6 +113,7 @@ def atomic_path(path: str | Path, suffix: str | None = None) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_stale(path)
     tmp = _temporary(path, path.suffix if suffix is None else suffix)
     try:
         yield tmp
@@ -113,6 +153,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     restore_interrupted(path)
+    _sweep_stale(path)
     tmp = _temporary(path, "")
     tmp.mkdir()
     try:

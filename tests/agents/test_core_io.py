@@ -170,3 +170,32 @@ def test_load_npz_and_load_torch_file_name_bad_files(tmp_path):
         load_torch_file(tmp_path / "bad.pt", "state")
     with pytest.raises(FileNotFoundError):
         load_torch_file(tmp_path / "none.pt", "state")
+
+
+@pytest.mark.skipif(__import__("os").name != "posix", reason="pid probing is POSIX only")
+def test_a_killed_writers_old_temporaries_are_swept_by_the_next_write(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from agents.core.io import STALE_AFTER_S
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid whose process has exited
+    live = str(os.getppid())
+    names = {"stale": f".state.{dead}.0badc0de.tmp.json", "fresh": f".state.{dead}.0badc0df.tmp.json",
+             "live": f".state.{live}.0badc0e0.tmp.json", "aside": f".ckpt.{dead}.0badc0e1.tmp.old",
+             "other": ".notes.123.0badc0e2.tmp.json"}
+    for key, name in names.items():
+        (tmp_path / name).mkdir() if key == "aside" else (tmp_path / name).write_text("x")
+        if key != "fresh":
+            t = time.time() - STALE_AFTER_S - 60
+            os.utime(tmp_path / name, (t, t))
+    write_text(tmp_path / "state.json", "{}")
+    (tmp_path / "ckpt").mkdir()
+    with atomic_dir(tmp_path / "ckpt") as tmp:
+        (tmp / "a").write_text("1")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert names["stale"] not in left and names["aside"] not in left  # dead writer, an hour old: swept
+    assert {names["fresh"], names["live"], names["other"]} <= set(left)  # too recent, alive, another target
