@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.core.config import differing_keys
 from agents.core.io import atomic_dir, load_torch_file, read_json_object
 from training.vla.config import LoopSettings
 
@@ -156,7 +157,7 @@ def _check_resumable(ck: Path, mine: dict[str, int]) -> None:
         saved = read_json_object(f)
     except ValueError as exc:
         raise ValueError(f"corrupt VLA training checkpoint: {exc}") from exc
-    diff = {k: (saved[k], v) for k, v in mine.items() if k in saved and saved[k] != v}
+    diff = {k: (saved[k], mine[k]) for k in differing_keys(saved, mine, shared_only=True)}
     if diff:
         raise ValueError(f"{ck} was trained with other data or batching (saved vs now: {diff}); resuming would "
                          "skip or repeat samples: give another out_dir, or the same data, batch and seed")

@@ -159,7 +159,8 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     agent_cfg = cfg.agent_config()
     ckpt = checkpoint_dir(out)
     state_path = ckpt / STATE
-    if resume and state_path.is_file():
+    resumed = resume and state_path.is_file()
+    if resumed:
         try:
             state = read_json_object(state_path, required=("fingerprint", "phase", "phase_step", "collected", "step"))
         except ValueError as exc:
@@ -174,7 +175,7 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
         state = {"fingerprint": cfg.fingerprint(), "phase": "bc", "phase_step": 0, "collected": [], "step": 0}
     train_eps, train_gts = make_episodes(cfg, "train", progress=progress)
     eval_eps, eval_gts = make_episodes(cfg, "eval")
-    if state_path.is_file() and resume:
+    if resumed:
         bundle = load_vlm(ckpt / "model")
     else:
         backbone = build_backbone(cfg, out / "backbone", [e.instruction_text for e in train_eps])
@@ -185,7 +186,7 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.image_size, agent_cfg)
     trainer = Imitation(model, vproc, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed + state["step"],
                         accelerator=_accelerator())
-    if state_path.is_file() and resume and (ckpt / "optim.pt").is_file():  # a finished base drops it
+    if resumed and (ckpt / "optim.pt").is_file():  # a finished base drops it
         trainer.optimizer.load_state_dict(torch.load(ckpt / "optim.pt", weights_only=True))
         if "rng" in state:  # the batch draws continue where they stopped (not from the phase's first batch)
             trainer.rng.bit_generator.state = state["rng"]
