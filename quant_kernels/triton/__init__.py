@@ -15,9 +15,11 @@ import os
 from typing import Any
 
 __all__ = [
+    "GemmTiles",
     "PackedLayer",
     "PackedWeight",
     "compute_qparams",
+    "default_tiles",
     "dequantize",
     "int_gemm",
     "int_gemm_acc",
@@ -37,7 +39,9 @@ _LAZY = {
     "quantize": "quant",
     "quantize_dynamic": "quant",
     "stamp_quantize": "stamp",
+    "GemmTiles": "gemm",
     "PackedWeight": "gemm",
+    "default_tiles": "gemm",
     "int_gemm": "gemm",
     "int_gemm_acc": "gemm",
     "pack_weight": "gemm",

@@ -22,7 +22,52 @@ import triton.language as tl
 from quant_kernels.reference import QuantSpec, pack_int4, unpack_int4
 from quant_kernels.triton._common import check_device
 
-__all__ = ["PackedWeight", "int_gemm", "int_gemm_acc", "pack_weight"]
+__all__ = ["GemmTiles", "PackedWeight", "default_tiles", "int_gemm", "int_gemm_acc", "pack_weight"]
+
+
+@dataclass(frozen=True)
+class GemmTiles:
+    """Launch shape of the int GEMM: output tile ``block_m x block_n``, K step ``block_k``, warps, pipeline stages.
+
+    Blocks are powers of two; ``block_m``/``block_n`` >= 16 and ``block_k`` >= 32 (int8 ``tl.dot`` needs K >= 32
+    on NVIDIA GPUs). ``interleave`` (default): one dot per K step on contiguous tiles, int4 nibbles re-interleaved
+    in registers. ``interleave=False``: two dots over the even and odd K halves with strided activation loads
+    (4-20x slower on an H200, kept for comparison), which needs ``block_k`` >= 64. ``num_stages`` is ignored by
+    the CPU interpreter.
+    """
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 3
+    interleave: bool = True
+
+    def __post_init__(self) -> None:
+        for name, lo in (("block_m", 16), ("block_n", 16), ("block_k", 32), ("num_warps", 1)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < lo or v & (v - 1):
+                raise ValueError(f"GemmTiles.{name} must be a power of two >= {lo}, got {v!r}")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"GemmTiles.num_stages must be an int >= 1, got {self.num_stages!r}")
+        if not isinstance(self.interleave, bool):
+            raise ValueError(f"GemmTiles.interleave must be a bool, got {self.interleave!r}")
+        if not self.interleave and self.block_k < 64:
+            raise ValueError(f"GemmTiles.block_k must be >= 64 with interleave=False (each half-step dot needs "
+                             f"K >= 32), got {self.block_k}")
+
+
+def default_tiles(m: int, n: int, k: int, packed: bool = False) -> GemmTiles:
+    """The tiles :func:`int_gemm` uses when given none (from the H200 sweep in docs/quantization_kernels.md).
+
+    Few tokens: a small ``block_m``. Many: 128x128x128 with 4 warps for int8 weights; int4 (``packed``) weights
+    pay for unpacking in registers and do best with 8 warps, and a 256-row tile from 1024 tokens on.
+    """
+    if m <= 64:
+        return GemmTiles(max(16, 1 << (max(m, 1) - 1).bit_length()), 64 if n > 32 else 32, 128 if k >= 128 else 64)
+    if not packed:
+        return GemmTiles(128, 128, 128, num_warps=4, num_stages=3)
+    return GemmTiles(256 if m >= 1024 else 128, 128, 128, num_warps=8, num_stages=3)
 
 
 @dataclass(frozen=True)
@@ -97,19 +142,36 @@ def _load_w_tile(w_ptr, offs_n, k0, K, stride_w, PACKED: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
-def _int_dot(x_ptr, w_ptr, offs_m, offs_n, M, K, stride_x, stride_w, PACKED: tl.constexpr,
+def _int_dot(x_ptr, w_ptr, offs_m, offs_n, M, K, stride_x, stride_w, PACKED: tl.constexpr, INTERLEAVE: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """int32 ``X[offs_m, :K] @ W[offs_n, :K]^T`` over K in BLOCK_K steps (even/odd k halves, no interleave)."""
-    j = tl.arange(0, BLOCK_K // 2)
+    """int32 ``X[offs_m, :K] @ W[offs_n, :K]^T`` over K in BLOCK_K steps.
+
+    ``INTERLEAVE``: contiguous K tiles and one dot per step (int4 nibbles re-interleaved in registers); otherwise
+    two dots per step over the even and odd K halves.
+    """
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     xrow = x_ptr + offs_m.to(tl.int64)[:, None] * stride_x
     mm = (offs_m < M)[:, None]
-    for k0 in range(0, K, BLOCK_K):
-        xe = tl.load(xrow + k0 + 2 * j[None, :], mask=mm & ((k0 + 2 * j) < K)[None, :], other=0)
-        xo = tl.load(xrow + k0 + 2 * j[None, :] + 1, mask=mm & ((k0 + 2 * j + 1) < K)[None, :], other=0)
-        we, wo = _load_w_tile(w_ptr, offs_n, k0, K, stride_w, PACKED, BLOCK_K)
-        acc = tl.dot(xe, tl.trans(we), acc, out_dtype=tl.int32)
-        acc = tl.dot(xo, tl.trans(wo), acc, out_dtype=tl.int32)
+    if INTERLEAVE:
+        kk = tl.arange(0, BLOCK_K)
+        j = tl.arange(0, BLOCK_K // 2)
+        wrow = w_ptr + offs_n.to(tl.int64)[:, None] * stride_w
+        for k0 in range(0, K, BLOCK_K):
+            x = tl.load(xrow + k0 + kk[None, :], mask=mm & ((k0 + kk) < K)[None, :], other=0)
+            if PACKED:  # K is even for packed weights, so a byte is in range when its even k is
+                p = tl.load(wrow + k0 // 2 + j[None, :], mask=((k0 + 2 * j) < K)[None, :], other=0x88)
+                w = tl.interleave((p & 15).to(tl.int8) - 8, (p >> 4).to(tl.int8) - 8)
+            else:
+                w = tl.load(wrow + k0 + kk[None, :], mask=((k0 + kk) < K)[None, :], other=0)
+            acc = tl.dot(x, tl.trans(w), acc, out_dtype=tl.int32)
+    else:
+        j = tl.arange(0, BLOCK_K // 2)
+        for k0 in range(0, K, BLOCK_K):
+            xe = tl.load(xrow + k0 + 2 * j[None, :], mask=mm & ((k0 + 2 * j) < K)[None, :], other=0)
+            xo = tl.load(xrow + k0 + 2 * j[None, :] + 1, mask=mm & ((k0 + 2 * j + 1) < K)[None, :], other=0)
+            we, wo = _load_w_tile(w_ptr, offs_n, k0, K, stride_w, PACKED, BLOCK_K)
+            acc = tl.dot(xe, tl.trans(we), acc, out_dtype=tl.int32)
+            acc = tl.dot(xo, tl.trans(wo), acc, out_dtype=tl.int32)
     return acc
 
 
@@ -118,7 +180,8 @@ def _int_gemm_kernel(
     x_ptr, xs_ptr, xz_ptr, w_ptr, ws_ptr, wsum_ptr, r_ptr, rs_ptr, rsum_ptr, bias_ptr, out_ptr, racc_ptr,
     M, N, K, RK, stride_x, stride_w, stride_r, stride_o,
     W_PACKED: tl.constexpr, R_PACKED: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACC_ONLY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC_ONLY: tl.constexpr, INTERLEAVE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -128,13 +191,15 @@ def _int_gemm_kernel(
     offs_n = tl.where(nmask, offs_n_raw, 0)  # clamp rows so weight loads stay in bounds
     mmask = offs_m < M
     xz = tl.load(xz_ptr + offs_m, mask=mmask, other=0)
-    acc = _int_dot(x_ptr, w_ptr, offs_m, offs_n, M, K, stride_x, stride_w, W_PACKED, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = _int_dot(x_ptr, w_ptr, offs_m, offs_n, M, K, stride_x, stride_w, W_PACKED, INTERLEAVE,
+                   BLOCK_M, BLOCK_N, BLOCK_K)
     wsum = tl.load(wsum_ptr + offs_n, mask=nmask, other=0)
     acc = acc - xz[:, None] * wsum[None, :]
     omask = mmask[:, None] & nmask[None, :]
     offs_o = offs_m.to(tl.int64)[:, None] * stride_o + offs_n_raw[None, :]
     if HAS_RES:
-        racc = _int_dot(x_ptr, r_ptr, offs_m, offs_n, M, RK, stride_x, stride_r, R_PACKED, BLOCK_M, BLOCK_N, BLOCK_K)
+        racc = _int_dot(x_ptr, r_ptr, offs_m, offs_n, M, RK, stride_x, stride_r, R_PACKED, INTERLEAVE,
+                        BLOCK_M, BLOCK_N, BLOCK_K)
         rsum = tl.load(rsum_ptr + offs_n, mask=nmask, other=0)
         racc = racc - xz[:, None] * rsum[None, :]
     if ACC_ONLY:
@@ -156,7 +221,7 @@ def _int_gemm_kernel(
 
 
 def _activation_int8(xq: torch.Tensor, x_zero: torch.Tensor, x_bits: torch.Tensor | int,
-                     symmetric: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                     symmetric: bool, check_codes: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Codes as int8 plus an int32 effective zero per row: ``xq - zero == x8 - zeff``."""
     m = xq.shape[0]
     z = torch.broadcast_to(x_zero.to(device=xq.device, dtype=torch.float32).reshape(-1, 1), (m, 1))
@@ -166,19 +231,21 @@ def _activation_int8(xq: torch.Tensor, x_zero: torch.Tensor, x_bits: torch.Tenso
         bits = torch.as_tensor(x_bits, device=xq.device).to(torch.int32)
         off = torch.broadcast_to(2 ** (bits.reshape(-1, 1) - 1), (m, 1)).to(torch.int32)
     x8 = xq.to(torch.int32) - off
-    if x8.numel() and (int(x8.min()) < -128 or int(x8.max()) > 127):
+    if check_codes and x8.numel() and (int(x8.min()) < -128 or int(x8.max()) > 127):
         raise ValueError("activation codes do not fit int8 after the offset: use activation bits <= 8")
     return x8.to(torch.int8).contiguous(), (z.round().to(torch.int32) - off).reshape(m).contiguous()
 
 
-def _launch(xq, x_scale, x_zero, x_spec, weight, residual, bias, acc_only, x_bits):
+def _launch(xq, x_scale, x_zero, x_spec, weight, residual, bias, acc_only, x_bits, tiles, check_codes):
+    if tiles is not None and not isinstance(tiles, GemmTiles):
+        raise TypeError(f"tiles must be a GemmTiles or None, got {type(tiles).__name__}")
     if not isinstance(weight, PackedWeight):
         raise TypeError(f"weight must be a PackedWeight (see pack_weight), got {type(weight).__name__}")
     if residual is not None and not isinstance(residual, PackedWeight):
         raise TypeError(f"residual must be a PackedWeight or None, got {type(residual).__name__}")
     if not isinstance(x_spec, QuantSpec) or x_spec.granularity not in ("per_token", "per_tensor"):
         raise ValueError(f"x_spec must be a per_token or per_tensor QuantSpec, got {x_spec!r}")
-    if x_spec.bits > 8 or (x_bits is not None and int(torch.as_tensor(x_bits).max()) > 8):
+    if x_spec.bits > 8 or (check_codes and x_bits is not None and int(torch.as_tensor(x_bits).max()) > 8):
         raise ValueError(f"activation bits must be <= 8 for the int8 GEMM, got {x_spec.bits}")
     if xq.dim() < 2 or xq.shape[-1] != weight.in_features:
         raise ValueError(f"xq must be [..., {weight.in_features}], got shape {tuple(xq.shape)}")
@@ -193,7 +260,7 @@ def _launch(xq, x_scale, x_zero, x_spec, weight, residual, bias, acc_only, x_bit
     m, n = x2.shape[0], weight.out_features
     xs = torch.broadcast_to(x_scale.to(device=xq.device, dtype=torch.float32).reshape(-1, 1), (m, 1))
     x8, zeff = _activation_int8(x2, x_zero.reshape(-1, 1) if x_zero.dim() else x_zero.reshape(1, 1),
-                                x_spec.bits if x_bits is None else x_bits, x_spec.symmetric)
+                                x_spec.bits if x_bits is None else x_bits, x_spec.symmetric, check_codes)
     xs = xs.reshape(m).contiguous()
     res = residual if residual is not None else weight
     has_bias = bias is not None
@@ -202,15 +269,14 @@ def _launch(xq, x_scale, x_zero, x_spec, weight, residual, bias, acc_only, x_bit
         raise ValueError(f"bias must have {n} elements, got {b.numel()}")
     out = torch.empty((m, n), dtype=torch.int32 if acc_only else torch.float32, device=xq.device)
     racc = torch.empty((m, n), dtype=torch.int32, device=xq.device) if (acc_only and residual is not None) else out
-    bm = 64 if m > 32 else (32 if m > 16 else 16)
-    bn = 64 if n > 32 else 32
-    bk = 128 if k >= 128 else 64
-    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
+    t = tiles or default_tiles(m, n, k, weight.packed)
+    grid = (triton.cdiv(m, t.block_m), triton.cdiv(n, t.block_n))
     _int_gemm_kernel[grid](
         x8, xs, zeff, weight.data, weight.scale, weight.colsum, res.data, res.scale, res.colsum, b, out, racc,
         m, n, k, res.in_features, x8.stride(0), weight.data.stride(0), res.data.stride(0), out.stride(0),
         W_PACKED=weight.packed, R_PACKED=res.packed, HAS_RES=residual is not None, HAS_BIAS=has_bias,
-        ACC_ONLY=acc_only, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        ACC_ONLY=acc_only, INTERLEAVE=t.interleave, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k,
+        num_warps=t.num_warps, num_stages=t.num_stages,
     )
     if acc_only:
         return out.reshape(*lead, n), (racc.reshape(*lead, n) if residual is not None else None)
@@ -226,14 +292,19 @@ def int_gemm(
     residual: PackedWeight | None = None,
     bias: torch.Tensor | None = None,
     x_bits: torch.Tensor | None = None,
+    tiles: GemmTiles | None = None,
+    check_codes: bool = True,
 ) -> torch.Tensor:
     """float32 ``deQ(xq) @ deQ(W).T [+ deQ(xq)[..., :r] @ deQ(R).T] [+ bias]``, shape ``[..., N]``.
 
     ``xq, x_scale, x_zero`` are exactly what ``reference.compute_qparams``/``quantize`` (or the kernels in
     :mod:`quant_kernels.triton.quant` / :func:`~quant_kernels.triton.stamp.stamp_quantize`) return for ``x_spec``.
     ``x_bits`` (optional, per row) overrides ``x_spec.bits`` for mixed-precision rows such as STaMP's.
+    ``tiles`` overrides :func:`default_tiles` (the result is the same for every tiling; only speed differs).
+    ``check_codes=False`` skips the range checks of ``xq`` and ``x_bits``, which wait for the GPU: for callers
+    whose codes come from this package's quantizers with <= 8 bits (a few hundred microseconds per call on an H200).
     """
-    return _launch(xq, x_scale, x_zero, x_spec, weight, residual, bias, False, x_bits)
+    return _launch(xq, x_scale, x_zero, x_spec, weight, residual, bias, False, x_bits, tiles, check_codes)
 
 
 def int_gemm_acc(
@@ -243,7 +314,9 @@ def int_gemm_acc(
     weight: PackedWeight,
     residual: PackedWeight | None = None,
     x_bits: torch.Tensor | None = None,
+    tiles: GemmTiles | None = None,
+    check_codes: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The exact int32 accumulators ``(xq - x_zero) @ Wq.T`` and, with a residual, ``(xq - x_zero)[:, :r] @ Rq.T``."""
     ones = torch.ones((), dtype=torch.float32, device=xq.device)
-    return _launch(xq, ones, x_zero, x_spec, weight, residual, None, True, x_bits)
+    return _launch(xq, ones, x_zero, x_spec, weight, residual, None, True, x_bits, tiles, check_codes)

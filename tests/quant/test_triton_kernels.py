@@ -207,6 +207,48 @@ def test_int_gemm_exact_accumulation_and_sqnr(device: str, m: int, k: int, n: in
     assert ref.quant_error_sqnr(x @ w.T + bias, y) > floor  # vs the unquantized layer
 
 
+TILES = [qt.GemmTiles(16, 16, 64, 1, 1, False), qt.GemmTiles(32, 64, 64, 2, 3, False),
+         qt.GemmTiles(128, 128, 128, 8, 3, False), qt.GemmTiles(16, 16, 32, 1, 1), qt.GemmTiles(64, 64, 128, 4, 2),
+         qt.GemmTiles(128, 128, 128, 8, 3), qt.GemmTiles(128, 256, 64, 8, 4), qt.GemmTiles(256, 128, 128, 8, 3),
+         qt.GemmTiles(128, 128, 256, 8, 3)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("tiles", TILES, ids=lambda t: f"{t.block_m}x{t.block_n}x{t.block_k}"
+                         f"w{t.num_warps}s{t.num_stages}{'i' if t.interleave else 'h'}")
+@pytest.mark.parametrize("wb", [4, 8])
+def test_int_gemm_result_does_not_depend_on_the_tiling(device: str, tiles: qt.GemmTiles, wb: int) -> None:
+    """Every tiling gives the exact int32 accumulators (partial edge tiles in M, N and K, SERQ residual included)."""
+    m, k, n, r = 131, 288, 150, 40
+    g = _gen(wb)
+    xq = torch.randint(-8, 8, (m, k), generator=g)
+    z = torch.randint(-3, 4, (m, 1), generator=g).float()
+    wq = torch.randint(-8 if wb == 4 else -127, 8 if wb == 4 else 128, (n, k), generator=g)
+    rq = torch.randint(-8, 8, (n, r), generator=g)
+    spec, rspec = ref.QuantSpec(wb, granularity="per_channel"), ref.QuantSpec(4, granularity="per_channel")
+    pw, pr = qt.pack_weight(wq, torch.rand(n) + 0.5, spec), qt.pack_weight(rq, torch.rand(n) + 0.5, rspec)
+    acc, racc = qt.int_gemm_acc(xq.to(device), z.to(device), ref.QuantSpec(4, symmetric=False), _to(pw, device),
+                                _to(pr, device), tiles=tiles)
+    xl = xq.long() - z.long()
+    assert torch.equal(acc.cpu().long(), xl @ wq.long().T)
+    assert racc is not None and torch.equal(racc.cpu().long(), xl[:, :r] @ rq.long().T)
+
+
+def test_gemm_tiles_are_validated() -> None:
+    assert qt.default_tiles(8, 8, 64) == qt.GemmTiles(16, 32, 64)
+    assert qt.default_tiles(40, 4096, 4096) == qt.GemmTiles(64, 64, 128)
+    assert qt.default_tiles(2048, 4096, 4096, packed=True).block_m == 256
+    assert qt.default_tiles(512, 4096, 4096, packed=True) == qt.GemmTiles(128, 128, 128, 8, 3)
+    for bad in ({"block_m": 8}, {"block_n": 48}, {"block_k": 16}, {"num_warps": 3}, {"num_stages": 0},
+                {"interleave": 1}, {"block_k": 32, "interleave": False}):
+        with pytest.raises(ValueError, match="GemmTiles"):
+            qt.GemmTiles(**bad)
+    spec = ref.QuantSpec(8, granularity="per_channel")
+    pw = qt.pack_weight(torch.zeros(4, 8, dtype=torch.int32), torch.ones(4), spec)
+    with pytest.raises(TypeError, match="tiles"):
+        qt.int_gemm_acc(torch.zeros(2, 8, dtype=torch.int32), torch.zeros(2, 1), ref.QuantSpec(8), pw, tiles=(64, 64))
+
+
 def _to(pw: qt.PackedWeight | None, device: str) -> qt.PackedWeight | None:
     if pw is None:
         return None
@@ -255,6 +297,12 @@ def test_bad_inputs_raise_clear_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         qt.int_gemm(torch.zeros(2, 6, dtype=torch.int32), torch.ones(2, 1), torch.zeros(2, 1), ref.QuantSpec(8), pw)
     with pytest.raises(ValueError, match="activation bits"):
         qt.int_gemm(torch.zeros(2, 8, dtype=torch.int32), torch.ones(2, 1), torch.zeros(2, 1), ref.QuantSpec(12), pw)
+    with pytest.raises(ValueError, match="activation bits"):  # per-row bits above 8 (checked by default)
+        qt.int_gemm(torch.zeros(2, 8, dtype=torch.int32), torch.ones(2, 1), torch.zeros(2, 1), ref.QuantSpec(8), pw,
+                    x_bits=torch.tensor([8, 12]))
+    with pytest.raises(ValueError, match="do not fit int8"):  # codes of another bit width than the spec says
+        qt.int_gemm(torch.full((2, 8), 300, dtype=torch.int32), torch.ones(2, 1), torch.zeros(2, 1),
+                    ref.QuantSpec(8), pw)
     with pytest.raises(TypeError, match="PackedWeight"):
         qt.int_gemm(torch.zeros(2, 8, dtype=torch.int32), torch.ones(2, 1), torch.zeros(2, 1), ref.QuantSpec(8), wq)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
