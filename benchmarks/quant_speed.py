@@ -171,7 +171,8 @@ def bench_gpu(quick: bool) -> dict:
 
     if not qt.triton_available():
         return {"skipped": "triton is not installed"}
-    shapes = [(2048, 4096, 4096)] if quick else [(512, 4096, 4096), (2048, 4096, 4096), (4096, 4096, 11008)]
+    shapes = [(2048, 4096, 4096)] if quick else [(16, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096),
+                                                 (4096, 4096, 11008)]
     repeats = 10 if quick else 30
     rows = []
     dev = "cuda"
@@ -194,22 +195,112 @@ def bench_gpu(quick: bool) -> dict:
             xs = ref.QuantSpec(abits, symmetric=False)
             xq, sx, zx = qt.quantize_dynamic(x, xs)
             key = f"w{wbits}a{abits}" + (f"_serq_r{r}" if r else "")
-            t_gemm = _cuda_time(lambda xq=xq, sx=sx, zx=zx, xs=xs, pw=pw, res=res: qt.int_gemm(xq, sx, zx, xs, pw, res),
-                                repeats)
+            t_gemm = _cuda_time(lambda xq=xq, sx=sx, zx=zx, xs=xs, pw=pw, res=res: qt.int_gemm(
+                xq, sx, zx, xs, pw, res, check_codes=False), repeats)
+            row[f"triton_{key}_gemm_checked_ms"] = _cuda_time(
+                lambda xq=xq, sx=sx, zx=zx, xs=xs, pw=pw, res=res: qt.int_gemm(xq, sx, zx, xs, pw, res), repeats)
             t_full = _cuda_time(
-                lambda x=x, xs=xs, pw=pw, res=res: qt.int_gemm(*qt.quantize_dynamic(x, xs), xs, pw, res), repeats)
+                lambda x=x, xs=xs, pw=pw, res=res: qt.int_gemm(*qt.quantize_dynamic(x, xs), xs, pw, res,
+                                                               check_codes=False), repeats)
             row[f"triton_{key}_gemm_ms"] = t_gemm
             row[f"triton_{key}_with_act_quant_ms"] = t_full
             row[f"triton_{key}_speedup_vs_bf16"] = t_bf16 / t_gemm
         xt = x.reshape(1, m, k)
-        row["triton_stamp_quantize_ms"] = _cuda_time(lambda xt=xt: qt.stamp_quantize(xt, 64, 8, 4, levels=3), repeats)
+        row.update(_tile_sweep(x, w, repeats))
+        n_high = min(64, m // 4)  # STaMP's high-precision tokens (64 of 2048 in the paper's setting)
+        row["triton_stamp_quantize_ms"] = _cuda_time(
+            lambda xt=xt, n_high=n_high: qt.stamp_quantize(xt, n_high, 8, 4, levels=3), repeats)
         row["triton_quantize_dynamic_a4_ms"] = _cuda_time(
             lambda x=x: qt.quantize_dynamic(x, ref.QuantSpec(4, symmetric=False)), repeats)
         rows.append(row)
         logging.info("gpu %s", row)
-    return {"device": torch.cuda.get_device_name(0), "rows": rows,
-            "note": "Triton GEMM inputs are int8 containers (int4 weights packed two per byte); the kernels are "
-                    "first versions without autotuning"}
+    return {"device": torch.cuda.get_device_name(0), "rows": rows, "torch": torch.__version__,
+            "triton": _triton_version(),
+            "note": "Triton GEMM inputs are int8 containers (int4 weights packed two per byte); *_gemm_ms use "
+                    "default_tiles and check_codes=False (*_gemm_checked_ms: with the code range checks, which "
+                    "wait for the GPU), tiles_* is a sweep of GemmTiles with each tiling's accumulators checked "
+                    "exact against a float64 product"}
+
+
+# (block_m, block_n, block_k, num_warps, num_stages, interleave)
+TILE_SWEEP = [(64, 64, 128, 4, 2, False), (128, 128, 128, 8, 4, False), (16, 64, 256, 4, 4, True),
+              (32, 128, 128, 4, 4, True), (64, 64, 128, 4, 2, True), (128, 128, 128, 4, 3, True),
+              (128, 128, 128, 4, 4, True), (128, 128, 128, 8, 3, True), (128, 256, 128, 8, 3, True),
+              (256, 128, 128, 8, 3, True), (256, 128, 64, 8, 4, True), (128, 128, 256, 8, 3, True)]
+RES_SWEEP = [(128, 128, 128, 4, 3, True), (128, 128, 128, 8, 3, True), (128, 128, 256, 8, 3, True),
+             (256, 128, 128, 8, 3, True), (128, 64, 128, 4, 3, True)]
+
+
+def _tile_sweep(x, w, repeats: int) -> dict:
+    """Median ms of W8A8 / W4A8 ``int_gemm_acc`` per tiling (exactness checked), and torch's cuBLAS int8 GEMM."""
+    import torch
+
+    import quant_kernels.triton as qt
+    from quant_kernels import reference as ref
+
+    out: dict = {}
+    xs = ref.QuantSpec(8, symmetric=False)
+    xq, _, zx = qt.quantize_dynamic(x, xs)
+    x8 = (xq - 128).to(torch.int8)
+    for wbits in (8, 4):
+        ws = ref.QuantSpec(wbits, granularity="per_channel")
+        s, z = ref.compute_qparams(w, ws)
+        wq = ref.quantize(w, s, z, ws)
+        pw = qt.pack_weight(wq, s, ws)
+        want = (xq.double() - zx.double()) @ wq.double().T
+        times = {}
+        for t in TILE_SWEEP:
+            tiles = qt.GemmTiles(*t)
+            name = f"{t[0]}x{t[1]}x{t[2]}w{t[3]}s{t[4]}{'i' if t[5] else 'h'}"
+            try:
+                acc, _ = qt.int_gemm_acc(xq, zx, xs, pw, tiles=tiles)
+                if not torch.equal(acc.double(), want):
+                    times[name] = "inexact"
+                    continue
+                times[name] = _cuda_time(
+                    lambda tiles=tiles, pw=pw: qt.int_gemm_acc(xq, zx, xs, pw, tiles=tiles, check_codes=False), repeats)
+            except Exception as e:  # a tiling that does not compile or fit shared memory is reported, not fatal
+                times[name] = f"error: {type(e).__name__}: {str(e)[:120]}"
+        ok = {k: v for k, v in times.items() if isinstance(v, float)}
+        out[f"tiles_w{wbits}a8_ms"] = times
+        if ok:
+            best = min(ok, key=ok.get)
+            out[f"tiles_w{wbits}a8_best"] = best
+            out[f"tiles_w{wbits}a8_best_tops"] = 2 * x.shape[0] * x.shape[1] * w.shape[0] / ok[best] / 1e9
+    rs = ref.QuantSpec(4, granularity="per_channel")
+    r = 128  # pw is the int4 weight of the loop's last pass
+    s2, z2 = ref.compute_qparams(w[:, :r], rs)
+    rq = ref.quantize(w[:, :r], s2, z2, rs)
+    pr = qt.pack_weight(rq, s2, rs)
+    want_r = (xq[:, :r].double() - zx.double()) @ rq.double().T
+    times = {}
+    for t in RES_SWEEP:  # W4A8 + SERQ r=128 residual: a second accumulator per tile
+        tiles = qt.GemmTiles(*t)
+        name = f"{t[0]}x{t[1]}x{t[2]}w{t[3]}s{t[4]}{'i' if t[5] else 'h'}"
+        try:
+            _, racc = qt.int_gemm_acc(xq, zx, xs, pw, pr, tiles=tiles)
+            if not torch.equal(racc.double(), want_r):
+                times[name] = "inexact"
+                continue
+            times[name] = _cuda_time(lambda tiles=tiles: qt.int_gemm_acc(xq, zx, xs, pw, pr, tiles=tiles,
+                                                                         check_codes=False), repeats)
+        except Exception as e:  # as above
+            times[name] = f"error: {type(e).__name__}: {str(e)[:120]}"
+    out["tiles_w4a8_serq_r128_ms"] = times
+    try:
+        w8 = ref.quantize(w, *ref.compute_qparams(w, ref.QuantSpec(8, granularity="per_channel")),
+                          ref.QuantSpec(8, granularity="per_channel")).to(torch.int8)
+        out["torch_int_mm_ms"] = _cuda_time(lambda: torch._int_mm(x8, w8.T), repeats)
+        out["torch_int_mm_tops"] = 2 * x.shape[0] * x.shape[1] * w.shape[0] / out["torch_int_mm_ms"] / 1e9
+    except Exception as e:  # torch._int_mm is private and shape-restricted
+        out["torch_int_mm_ms"] = f"error: {type(e).__name__}: {str(e)[:120]}"
+    return out
+
+
+def _triton_version() -> str:
+    import triton
+
+    return triton.__version__
 
 
 def main(argv: list[str] | None = None) -> None:
