@@ -214,7 +214,7 @@ def bench_gpu(quick: bool) -> dict:
             lambda x=x: qt.quantize_dynamic(x, ref.QuantSpec(4, symmetric=False)), repeats)
         rows.append(row)
         logging.info("gpu %s", row)
-    return {"device": torch.cuda.get_device_name(0), "rows": rows, "torch": torch.__version__,
+    return {"device": torch.cuda.get_device_name(0), "rows": rows, "repeats": repeats, "torch": torch.__version__,
             "triton": _triton_version(),
             "note": "Triton GEMM inputs are int8 containers (int4 weights packed two per byte); *_gemm_ms use "
                     "default_tiles and check_codes=False (*_gemm_checked_ms: with the code range checks, which "
@@ -268,21 +268,25 @@ def _tile_sweep(x, w, repeats: int) -> dict:
             out[f"tiles_w{wbits}a8_best"] = best
             out[f"tiles_w{wbits}a8_best_tops"] = 2 * x.shape[0] * x.shape[1] * w.shape[0] / ok[best] / 1e9
     rs = ref.QuantSpec(4, granularity="per_channel")
-    r = 128  # pw is the int4 weight of the loop's last pass
+    r = 128
+    s4, z4 = ref.compute_qparams(w, rs)
+    w4 = ref.quantize(w, s4, z4, rs)
+    p4 = qt.pack_weight(w4, s4, rs)
     s2, z2 = ref.compute_qparams(w[:, :r], rs)
     rq = ref.quantize(w[:, :r], s2, z2, rs)
     pr = qt.pack_weight(rq, s2, rs)
+    want = (xq.double() - zx.double()) @ w4.double().T
     want_r = (xq[:, :r].double() - zx.double()) @ rq.double().T
     times = {}
     for t in RES_SWEEP:  # W4A8 + SERQ r=128 residual: a second accumulator per tile
         tiles = qt.GemmTiles(*t)
         name = f"{t[0]}x{t[1]}x{t[2]}w{t[3]}s{t[4]}{'i' if t[5] else 'h'}"
         try:
-            _, racc = qt.int_gemm_acc(xq, zx, xs, pw, pr, tiles=tiles)
-            if not torch.equal(racc.double(), want_r):
+            acc, racc = qt.int_gemm_acc(xq, zx, xs, p4, pr, tiles=tiles)
+            if not (torch.equal(acc.double(), want) and torch.equal(racc.double(), want_r)):
                 times[name] = "inexact"
                 continue
-            times[name] = _cuda_time(lambda tiles=tiles: qt.int_gemm_acc(xq, zx, xs, pw, pr, tiles=tiles,
+            times[name] = _cuda_time(lambda tiles=tiles: qt.int_gemm_acc(xq, zx, xs, p4, pr, tiles=tiles,
                                                                          check_codes=False), repeats)
         except Exception as e:  # as above
             times[name] = f"error: {type(e).__name__}: {str(e)[:120]}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the Triton quantization kernels (issue #4), for a machine with a CUDA GPU. Under 5 minutes.
+# GPU check of the Triton quantization kernels (issue #4), for a machine with a CUDA GPU. About 2 minutes on an H200.
 #   1. the gpu-marked twins of tests/quant/test_triton*.py (the same bit-exactness / SQNR checks as the CPU
 #      interpreter runs, compiled for the GPU, every GemmTiles variant included), with TRITON_INTERPRET=0;
 #   2. benchmarks/quant_speed.py --gpu-only (QUICK=1: --quick): Triton int8/int4 GEMM (+SERQ residual), a sweep

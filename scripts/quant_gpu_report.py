@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("quant_gpu_report")
-OLD_TILES = "64x64x128w4s2h"  # the kernel's launch before GemmTiles: 64x64x128, two dots over even/odd K halves
+OLD_TILES = "64x64x128w4s2h"  # even/odd K halves (two dots per step) on the first version's 64x64x128 tiles
 
 
 def load_gpu(path: Path) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def table_rows(gpu: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 COLUMNS = [("bf16", "torch bf16"), ("int8_cublas", "cuBLAS int8"), ("w8a8", "Triton W8A8"),
-           ("w8a8_old_tiles", "W8A8, old tiles"), ("w4a8", "Triton W4A8"), ("w4a4", "Triton W4A4"),
+           ("w8a8_old_tiles", "W8A8, halves 64x64x128"), ("w4a8", "Triton W4A8"), ("w4a4", "Triton W4A4"),
            ("w4a4_serq", "W4A4 + SERQ r128")]
 
 
@@ -67,7 +67,7 @@ def render_md(gpu: dict[str, Any]) -> str:
     rows = table_rows(gpu)
     head = "| M x K x N | " + " | ".join(name for _, name in COLUMNS) + " |"
     lines = [f"Triton int GEMM on {gpu['device']} (torch {gpu.get('torch', '?')}, triton {gpu.get('triton', '?')}), "
-             f"{gpu['date']}: median ms of 30 CUDA-event timings (TOP/s in brackets).", "", head,
+             f"{gpu['date']}: median ms of {gpu.get('repeats', 30)} CUDA-event timings (TOP/s in brackets).", "", head,
              "|" + "---|" * (len(COLUMNS) + 1)]
     for r in rows:
         cells = [f"{r[k]:.3f} ({r['ops'] / r[k] / 1e9:.0f})" if r[k] else "-" for k, _ in COLUMNS]

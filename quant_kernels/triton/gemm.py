@@ -32,8 +32,8 @@ class GemmTiles:
     Blocks are powers of two; ``block_m``/``block_n`` >= 16 and ``block_k`` >= 32 (int8 ``tl.dot`` needs K >= 32
     on NVIDIA GPUs). ``interleave`` (default): one dot per K step on contiguous tiles, int4 nibbles re-interleaved
     in registers. ``interleave=False``: two dots over the even and odd K halves with strided activation loads
-    (4-20x slower on an H200, kept for comparison), which needs ``block_k`` >= 64. ``num_stages`` is ignored by
-    the CPU interpreter.
+    (4-44x slower on an H200 from 512 tokens up, kept for comparison), which needs ``block_k`` >= 64.
+    ``num_stages`` is ignored by the CPU interpreter.
     """
 
     block_m: int = 128
@@ -58,10 +58,12 @@ class GemmTiles:
 
 
 def default_tiles(m: int, n: int, k: int, packed: bool = False) -> GemmTiles:
-    """The tiles :func:`int_gemm` uses when given none (from the H200 sweep in docs/quantization_kernels.md).
+    """The tiles :func:`int_gemm` uses when given none.
 
-    Few tokens: a small ``block_m``. Many: 128x128x128 with 4 warps for int8 weights; int4 (``packed``) weights
-    pay for unpacking in registers and do best with 8 warps, and a 256-row tile from 1024 tokens on.
+    The choices from 1024 tokens on come from the H200 sweep in docs/quantization_kernels.md; below that the
+    sweep was host-bound and could not rank tilings. Few tokens: a small ``block_m``. Many: 128x128x128 with 4
+    warps for int8 weights; int4 (``packed``) weights pay for unpacking in registers and do best with 8 warps,
+    and a 256-row tile from 1024 tokens on.
     """
     if m <= 64:
         return GemmTiles(max(16, 1 << (max(m, 1) - 1).bit_length()), 64 if n > 32 else 32, 128 if k >= 128 else 64)
@@ -245,8 +247,11 @@ def _launch(xq, x_scale, x_zero, x_spec, weight, residual, bias, acc_only, x_bit
         raise TypeError(f"residual must be a PackedWeight or None, got {type(residual).__name__}")
     if not isinstance(x_spec, QuantSpec) or x_spec.granularity not in ("per_token", "per_tensor"):
         raise ValueError(f"x_spec must be a per_token or per_tensor QuantSpec, got {x_spec!r}")
-    if x_spec.bits > 8 or (check_codes and x_bits is not None and int(torch.as_tensor(x_bits).max()) > 8):
+    if x_spec.bits > 8:
         raise ValueError(f"activation bits must be <= 8 for the int8 GEMM, got {x_spec.bits}")
+    if check_codes and x_bits is not None and int(torch.as_tensor(x_bits).max()) > 8:
+        raise ValueError(f"per-row activation bits (x_bits) must be <= 8 for the int8 GEMM, got up to "
+                         f"{int(torch.as_tensor(x_bits).max())}")
     if xq.dim() < 2 or xq.shape[-1] != weight.in_features:
         raise ValueError(f"xq must be [..., {weight.in_features}], got shape {tuple(xq.shape)}")
     if residual is not None:
@@ -302,7 +307,7 @@ def int_gemm(
     ``x_bits`` (optional, per row) overrides ``x_spec.bits`` for mixed-precision rows such as STaMP's.
     ``tiles`` overrides :func:`default_tiles` (the result is the same for every tiling; only speed differs).
     ``check_codes=False`` skips the range checks of ``xq`` and ``x_bits``, which wait for the GPU: for callers
-    whose codes come from this package's quantizers with <= 8 bits (a few hundred microseconds per call on an H200).
+    whose codes come from this package's quantizers with <= 8 bits.
     """
     return _launch(xq, x_scale, x_zero, x_spec, weight, residual, bias, False, x_bits, tiles, check_codes)
 

@@ -20,7 +20,7 @@ from quant_kernels.triton.gemm import PackedWeight, int_gemm, pack_weight
 from quant_kernels.triton.quant import quantize_dynamic
 from quant_kernels.triton.stamp import stamp_quantize
 
-__all__ = ["PackedLayer", "pack_layer", "qlinear_forward"]
+__all__ = ["PackedLayer", "check_layer", "pack_layer", "qlinear_forward"]
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class PackedLayer:
     residual: PackedWeight | None
 
 
-def pack_layer(layer: QuantLinear) -> PackedLayer:
-    """Pack ``layer``'s integer weight (and SERQ residual) codes for :func:`~quant_kernels.triton.gemm.int_gemm`."""
+def check_layer(layer: QuantLinear) -> None:
+    """``ValueError``/``TypeError`` naming the setting when the int GEMM cannot run ``layer`` (host-side only)."""
     if not isinstance(layer, QuantLinear):
         raise TypeError(f"layer must be a QuantLinear, got {type(layer).__name__}")
     m = layer.meta
@@ -49,6 +49,12 @@ def pack_layer(layer: QuantLinear) -> PackedLayer:
         raise ValueError("the two-factor low-rank (L2QER) path is not implemented in Triton (lowrank_rank > 0)")
     if layer.stamp is not None and layer.stamp.high_bits > 8:
         raise ValueError(f"stamp high_bits must be <= 8 for the int GEMM, got {layer.stamp.high_bits}")
+
+
+def pack_layer(layer: QuantLinear) -> PackedLayer:
+    """Pack ``layer``'s integer weight (and SERQ residual) codes for :func:`~quant_kernels.triton.gemm.int_gemm`."""
+    check_layer(layer)
+    m = layer.meta
     w = pack_weight(layer.qweight.to(torch.int32), layer.w_scale.reshape(-1), layer.wspec)
     res = None
     if m.res_rank:
@@ -59,7 +65,11 @@ def pack_layer(layer: QuantLinear) -> PackedLayer:
 @torch.no_grad()
 def qlinear_forward(layer: QuantLinear, x: torch.Tensor, packed: PackedLayer | None = None) -> torch.Tensor:
     """``layer(x)`` computed with the Triton kernels (see the module docstring); returns ``x.dtype``."""
-    p = packed if packed is not None else pack_layer(layer)
+    if packed is None:
+        packed = pack_layer(layer)
+    else:  # the kernels below skip the code checks that wait for the GPU, so the layer's bits are checked here
+        check_layer(layer)
+    p = packed
     in_dtype = x.dtype
     x = layer.prepare_input(x)
     aspec = layer.aspec
@@ -67,7 +77,7 @@ def qlinear_forward(layer: QuantLinear, x: torch.Tensor, packed: PackedLayer | N
     st = layer.stamp
     if st is None:
         xq, xs, xz = quantize_dynamic(x, aspec)
-        y = int_gemm(xq, xs, xz, aspec, p.weight, p.residual, check_codes=False)  # pack_layer checked bits <= 8
+        y = int_gemm(xq, xs, xz, aspec, p.weight, p.residual, check_codes=False)  # check_layer: bits <= 8
     else:
         x, n_tokens = pad_tokens(x, st.transform, st.levels, st.pad)
         n = x.shape[-2]

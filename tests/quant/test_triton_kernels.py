@@ -218,20 +218,24 @@ TILES = [qt.GemmTiles(16, 16, 64, 1, 1, False), qt.GemmTiles(32, 64, 64, 2, 3, F
                          f"w{t.num_warps}s{t.num_stages}{'i' if t.interleave else 'h'}")
 @pytest.mark.parametrize("wb", [4, 8])
 def test_int_gemm_result_does_not_depend_on_the_tiling(device: str, tiles: qt.GemmTiles, wb: int) -> None:
-    """Every tiling gives the exact int32 accumulators (partial edge tiles in M, N and K, SERQ residual included)."""
-    m, k, n, r = 131, 288, 150, 40
+    """Every tiling gives the exact int32 accumulators (partial edge tiles in M, N and K, an odd K for int8 weights,
+    SERQ residual included), with and without the code checks."""
+    m, k, n, r = 131, (288 if wb == 4 else 203), 150, 40
     g = _gen(wb)
     xq = torch.randint(-8, 8, (m, k), generator=g)
     z = torch.randint(-3, 4, (m, 1), generator=g).float()
-    wq = torch.randint(-8 if wb == 4 else -127, 8 if wb == 4 else 128, (n, k), generator=g)
-    rq = torch.randint(-8, 8, (n, r), generator=g)
-    spec, rspec = ref.QuantSpec(wb, granularity="per_channel"), ref.QuantSpec(4, granularity="per_channel")
-    pw, pr = qt.pack_weight(wq, torch.rand(n) + 0.5, spec), qt.pack_weight(rq, torch.rand(n) + 0.5, rspec)
-    acc, racc = qt.int_gemm_acc(xq.to(device), z.to(device), ref.QuantSpec(4, symmetric=False), _to(pw, device),
-                                _to(pr, device), tiles=tiles)
+    lim = 8 if wb == 4 else 128
+    wq = torch.randint(-lim, lim, (n, k), generator=g).clamp_min(1 - lim)
+    rq = torch.randint(-lim, lim, (n, r), generator=g).clamp_min(1 - lim)
+    spec = ref.QuantSpec(wb, granularity="per_channel")
+    pw, pr = qt.pack_weight(wq, torch.rand(n) + 0.5, spec), qt.pack_weight(rq, torch.rand(n) + 0.5, spec)
+    args = (xq.to(device), z.to(device), ref.QuantSpec(4, symmetric=False), _to(pw, device), _to(pr, device))
+    acc, racc = qt.int_gemm_acc(*args, tiles=tiles)
     xl = xq.long() - z.long()
     assert torch.equal(acc.cpu().long(), xl @ wq.long().T)
     assert racc is not None and torch.equal(racc.cpu().long(), xl[:, :r] @ rq.long().T)
+    acc2, racc2 = qt.int_gemm_acc(*args, tiles=tiles, check_codes=False)
+    assert torch.equal(acc2, acc) and racc2 is not None and torch.equal(racc2, racc)
 
 
 def test_gemm_tiles_are_validated() -> None:
@@ -239,6 +243,9 @@ def test_gemm_tiles_are_validated() -> None:
     assert qt.default_tiles(40, 4096, 4096) == qt.GemmTiles(64, 64, 128)
     assert qt.default_tiles(2048, 4096, 4096, packed=True).block_m == 256
     assert qt.default_tiles(512, 4096, 4096, packed=True) == qt.GemmTiles(128, 128, 128, 8, 3)
+    assert qt.default_tiles(64, 4096, 4096).block_m == 64 and qt.default_tiles(65, 4096, 4096).block_m == 128
+    assert qt.default_tiles(1023, 64, 64, packed=True).block_m == 128
+    assert qt.default_tiles(1024, 64, 64, packed=True).block_m == 256
     for bad in ({"block_m": 8}, {"block_n": 48}, {"block_k": 16}, {"num_warps": 3}, {"num_stages": 0},
                 {"interleave": 1}, {"block_k": 32, "interleave": False}):
         with pytest.raises(ValueError, match="GemmTiles"):

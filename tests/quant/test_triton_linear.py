@@ -3,6 +3,7 @@ give the layer's own outputs up to float32 summation order (the activation codes
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -99,6 +100,12 @@ def test_stamp_pads_odd_token_counts_like_the_reference(device: str, transform: 
 
 
 def test_unsupported_layers_raise() -> None:
+    model = _Block().eval()
+    quantize_(model, QuantConfig(method="stamp", wbits=4, abits=4, stamp_k=4, stamp_levels=2), [_data(1)])
+    packed = qt.pack_layer(model.up)
+    model.up.stamp = dataclasses.replace(model.up.stamp, high_bits=16)  # changed after packing
+    with pytest.raises(ValueError, match="high_bits"):  # the forward checks the layer even when given packed
+        qt.qlinear_forward(model.up, _data(2), packed)
     model = _Block().eval()
     quantize_(model, QuantConfig(method="rtn", wbits=4, abits=16), None)
     with pytest.raises(ValueError, match="abits"):
