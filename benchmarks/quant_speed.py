@@ -182,16 +182,10 @@ def bench_gpu(quick: bool) -> dict:
         w = torch.randn(n, k, device=dev, generator=g)
         xb, wb = x.bfloat16(), w.bfloat16()
         t_bf16 = _cuda_time(lambda xb=xb, wb=wb: xb @ wb.T, repeats)
-        row = {"m": m, "k": k, "n": n, "torch_bf16_ms": t_bf16, "torch_bf16_tflops": 2 * m * k * n / t_bf16 / 1e9}
+        row = {"m": m, "k": k, "n": n, "torch_bf16_ms": t_bf16, "torch_bf16_tflops": _tops(m, k, n, t_bf16)}
         for wbits, abits, r in ((8, 8, 0), (4, 8, 0), (4, 4, 0), (4, 4, 128)):
-            ws = ref.QuantSpec(wbits, granularity="per_channel")
-            s, z = ref.compute_qparams(w, ws)
-            pw = qt.pack_weight(ref.quantize(w, s, z, ws), s, ws)
-            res = None
-            if r:
-                rs = ref.QuantSpec(wbits, granularity="per_channel")
-                s2, z2 = ref.compute_qparams(w[:, :r], rs)
-                res = qt.pack_weight(ref.quantize(w[:, :r], s2, z2, rs), s2, rs)
+            _, pw = _packed_weight(w, wbits)
+            res = _packed_weight(w[:, :r], wbits)[1] if r else None
             xs = ref.QuantSpec(abits, symmetric=False)
             xq, sx, zx = qt.quantize_dynamic(x, xs)
             key = f"w{wbits}a{abits}" + (f"_serq_r{r}" if r else "")
@@ -231,71 +225,75 @@ RES_SWEEP = [(128, 128, 128, 4, 3, True), (128, 128, 128, 8, 3, True), (128, 128
              (256, 128, 128, 8, 3, True), (128, 64, 128, 4, 3, True)]
 
 
+def _packed_weight(w, bits: int):
+    """Symmetric per-channel codes of ``w`` and their :func:`quant_kernels.triton.pack_weight` form."""
+    import quant_kernels.triton as qt
+    from quant_kernels import reference as ref
+
+    spec = ref.QuantSpec(bits, granularity="per_channel")
+    s, z = ref.compute_qparams(w, spec)
+    wq = ref.quantize(w, s, z, spec)
+    return wq, qt.pack_weight(wq, s, spec)
+
+
+def _tops(m: int, k: int, n: int, ms: float) -> float:
+    """Tera-operations per second of an ``m x k x n`` product taking ``ms``."""
+    return 2 * m * k * n / ms / 1e9
+
+
+def _time_tilings(tilings: list[tuple], run, want: list, repeats: int) -> dict:
+    """Median ms of ``run(tiles, check_codes)`` per tiling, after checking its outputs equal ``want`` exactly
+    ("inexact" otherwise); a tiling that does not compile or fit shared memory is reported, not fatal."""
+    import torch
+
+    import quant_kernels.triton as qt
+
+    times: dict = {}
+    for t in tilings:
+        tiles = qt.GemmTiles(*t)
+        try:
+            if not all(torch.equal(a.double(), b) for a, b in zip(run(tiles, True), want, strict=True)):
+                times[tiles.label] = "inexact"
+                continue
+            times[tiles.label] = _cuda_time(lambda tiles=tiles: run(tiles, False), repeats)
+        except Exception as e:  # noqa: BLE001 - any compile or launch failure of one tiling
+            times[tiles.label] = f"error: {type(e).__name__}: {str(e)[:120]}"
+    return times
+
+
 def _tile_sweep(x, w, repeats: int) -> dict:
-    """Median ms of W8A8 / W4A8 ``int_gemm_acc`` per tiling (exactness checked), and torch's cuBLAS int8 GEMM."""
+    """Median ms of W8A8 / W4A8 (and W4A8 + SERQ r=128) ``int_gemm_acc`` per tiling, exactness checked against a
+    float64 product, and torch's cuBLAS int8 GEMM."""
     import torch
 
     import quant_kernels.triton as qt
     from quant_kernels import reference as ref
 
+    m, k, n = x.shape[0], x.shape[1], w.shape[0]
     out: dict = {}
     xs = ref.QuantSpec(8, symmetric=False)
     xq, _, zx = qt.quantize_dynamic(x, xs)
-    x8 = (xq - 128).to(torch.int8)
+    xd = xq.double() - zx.double()
+    codes = {}
     for wbits in (8, 4):
-        ws = ref.QuantSpec(wbits, granularity="per_channel")
-        s, z = ref.compute_qparams(w, ws)
-        wq = ref.quantize(w, s, z, ws)
-        pw = qt.pack_weight(wq, s, ws)
-        want = (xq.double() - zx.double()) @ wq.double().T
-        times = {}
-        for t in TILE_SWEEP:
-            tiles = qt.GemmTiles(*t)
-            name = f"{t[0]}x{t[1]}x{t[2]}w{t[3]}s{t[4]}{'i' if t[5] else 'h'}"
-            try:
-                acc, _ = qt.int_gemm_acc(xq, zx, xs, pw, tiles=tiles)
-                if not torch.equal(acc.double(), want):
-                    times[name] = "inexact"
-                    continue
-                times[name] = _cuda_time(
-                    lambda tiles=tiles, pw=pw: qt.int_gemm_acc(xq, zx, xs, pw, tiles=tiles, check_codes=False), repeats)
-            except Exception as e:  # a tiling that does not compile or fit shared memory is reported, not fatal
-                times[name] = f"error: {type(e).__name__}: {str(e)[:120]}"
-        ok = {k: v for k, v in times.items() if isinstance(v, float)}
+        wq, pw = codes[wbits] = _packed_weight(w, wbits)
+        times = _time_tilings(TILE_SWEEP, lambda tiles, check, pw=pw: qt.int_gemm_acc(
+            xq, zx, xs, pw, tiles=tiles, check_codes=check)[:1], [xd @ wq.double().T], repeats)
         out[f"tiles_w{wbits}a8_ms"] = times
+        ok = {key: v for key, v in times.items() if isinstance(v, float)}
         if ok:
             best = min(ok, key=ok.get)
             out[f"tiles_w{wbits}a8_best"] = best
-            out[f"tiles_w{wbits}a8_best_tops"] = 2 * x.shape[0] * x.shape[1] * w.shape[0] / ok[best] / 1e9
-    rs = ref.QuantSpec(4, granularity="per_channel")
-    r = 128
-    s4, z4 = ref.compute_qparams(w, rs)
-    w4 = ref.quantize(w, s4, z4, rs)
-    p4 = qt.pack_weight(w4, s4, rs)
-    s2, z2 = ref.compute_qparams(w[:, :r], rs)
-    rq = ref.quantize(w[:, :r], s2, z2, rs)
-    pr = qt.pack_weight(rq, s2, rs)
-    want = (xq.double() - zx.double()) @ w4.double().T
-    want_r = (xq[:, :r].double() - zx.double()) @ rq.double().T
-    times = {}
-    for t in RES_SWEEP:  # W4A8 + SERQ r=128 residual: a second accumulator per tile
-        tiles = qt.GemmTiles(*t)
-        name = f"{t[0]}x{t[1]}x{t[2]}w{t[3]}s{t[4]}{'i' if t[5] else 'h'}"
-        try:
-            acc, racc = qt.int_gemm_acc(xq, zx, xs, p4, pr, tiles=tiles)
-            if not (torch.equal(acc.double(), want) and torch.equal(racc.double(), want_r)):
-                times[name] = "inexact"
-                continue
-            times[name] = _cuda_time(lambda tiles=tiles: qt.int_gemm_acc(xq, zx, xs, p4, pr, tiles=tiles,
-                                                                         check_codes=False), repeats)
-        except Exception as e:  # as above
-            times[name] = f"error: {type(e).__name__}: {str(e)[:120]}"
-    out["tiles_w4a8_serq_r128_ms"] = times
+            out[f"tiles_w{wbits}a8_best_tops"] = _tops(m, k, n, ok[best])
+    r = 128  # W4A8 + SERQ r=128 residual: a second accumulator per tile
+    (w4, p4), (rq, pr) = codes[4], _packed_weight(w[:, :r], 4)
+    out["tiles_w4a8_serq_r128_ms"] = _time_tilings(
+        RES_SWEEP, lambda tiles, check: qt.int_gemm_acc(xq, zx, xs, p4, pr, tiles=tiles, check_codes=check),
+        [xd @ w4.double().T, xd[:, :r] @ rq.double().T], repeats)
     try:
-        w8 = ref.quantize(w, *ref.compute_qparams(w, ref.QuantSpec(8, granularity="per_channel")),
-                          ref.QuantSpec(8, granularity="per_channel")).to(torch.int8)
+        x8, w8 = (xq - 128).to(torch.int8), codes[8][0].to(torch.int8)
         out["torch_int_mm_ms"] = _cuda_time(lambda: torch._int_mm(x8, w8.T), repeats)
-        out["torch_int_mm_tops"] = 2 * x.shape[0] * x.shape[1] * w.shape[0] / out["torch_int_mm_ms"] / 1e9
+        out["torch_int_mm_tops"] = _tops(m, k, n, out["torch_int_mm_ms"])
     except Exception as e:  # torch._int_mm is private and shape-restricted
         out["torch_int_mm_ms"] = f"error: {type(e).__name__}: {str(e)[:120]}"
     return out

@@ -62,9 +62,8 @@ COLUMNS = [("bf16", "torch bf16"), ("int8_cublas", "cuBLAS int8"), ("w8a8", "Tri
            ("w4a4_serq", "W4A4 + SERQ r128")]
 
 
-def render_md(gpu: dict[str, Any]) -> str:
-    """Markdown: ms (TOP/s) per implementation and size, then the best tilings."""
-    rows = table_rows(gpu)
+def render_md(gpu: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """Markdown: ms (TOP/s) per implementation and size (``rows``: :func:`table_rows`), then the best tilings."""
     head = "| M x K x N | " + " | ".join(name for _, name in COLUMNS) + " |"
     lines = [f"Triton int GEMM on {gpu['device']} (torch {gpu.get('torch', '?')}, triton {gpu.get('triton', '?')}), "
              f"{gpu['date']}: median ms of {gpu.get('repeats', 30)} CUDA-event timings (TOP/s in brackets).", "", head,
@@ -81,14 +80,13 @@ def render_md(gpu: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_png(gpu: dict[str, Any], path: Path) -> None:
-    """Grouped bars of TOP/s per implementation and size (log scale)."""
+def render_png(gpu: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> None:
+    """Grouped bars of TOP/s per implementation and size (``rows``: :func:`table_rows`, log scale)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = table_rows(gpu)
     fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.8 / len(COLUMNS)
     for i, (key, name) in enumerate(COLUMNS):
@@ -117,16 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         gpu = load_gpu(args.json)
     except ValueError as exc:
         ap.error(str(exc))
-    md = render_md(gpu)
+    rows = table_rows(gpu)
+    md = render_md(gpu, rows)
     if args.md:
         args.md.write_text(md)
         log.info("wrote %s", args.md)
     else:
         sys.stdout.write(md)
     if args.png:
-        render_png(gpu, args.png)
+        render_png(gpu, rows, args.png)
         log.info("wrote %s", args.png)
-    rows = table_rows(gpu)
     big = max(rows, key=lambda r: r["ops"])
     print(json.dumps({"device": gpu["device"], "largest": big["shape"],
                       "w8a8_vs_bf16": big["bf16"] / big["w8a8"] if big["w8a8"] and big["bf16"] else None,

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from quant_kernels.reference import QuantSpec, pack_int4, unpack_int4
-from quant_kernels.triton._common import check_device
+from quant_kernels.triton._common import check_device, next_pow2
 
 __all__ = ["GemmTiles", "PackedWeight", "default_tiles", "int_gemm", "int_gemm_acc", "pack_weight"]
 
@@ -56,6 +56,12 @@ class GemmTiles:
             raise ValueError(f"GemmTiles.block_k must be >= 64 with interleave=False (each half-step dot needs "
                              f"K >= 32), got {self.block_k}")
 
+    @property
+    def label(self) -> str:
+        """Short name, e.g. ``128x128x128w4s3i`` (``i``: interleave, ``h``: even/odd halves)."""
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}w{self.num_warps}s{self.num_stages}"
+                f"{'i' if self.interleave else 'h'}")
+
 
 def default_tiles(m: int, n: int, k: int, packed: bool = False) -> GemmTiles:
     """The tiles :func:`int_gemm` uses when given none.
@@ -66,7 +72,7 @@ def default_tiles(m: int, n: int, k: int, packed: bool = False) -> GemmTiles:
     and a 256-row tile from 1024 tokens on.
     """
     if m <= 64:
-        return GemmTiles(max(16, 1 << (max(m, 1) - 1).bit_length()), 64 if n > 32 else 32, 128 if k >= 128 else 64)
+        return GemmTiles(max(16, next_pow2(m)), 64 if n > 32 else 32, 128 if k >= 128 else 64)
     if not packed:
         return GemmTiles(128, 128, 128, num_warps=4, num_stages=3)
     return GemmTiles(256 if m >= 1024 else 128, 128, 128, num_warps=8, num_stages=3)
@@ -249,9 +255,9 @@ def _launch(xq, x_scale, x_zero, x_spec, weight, residual, bias, acc_only, x_bit
         raise ValueError(f"x_spec must be a per_token or per_tensor QuantSpec, got {x_spec!r}")
     if x_spec.bits > 8:
         raise ValueError(f"activation bits must be <= 8 for the int8 GEMM, got {x_spec.bits}")
-    if check_codes and x_bits is not None and int(torch.as_tensor(x_bits).max()) > 8:
-        raise ValueError(f"per-row activation bits (x_bits) must be <= 8 for the int8 GEMM, got up to "
-                         f"{int(torch.as_tensor(x_bits).max())}")
+    top = int(torch.as_tensor(x_bits).max()) if check_codes and x_bits is not None else 0  # waits for the GPU
+    if top > 8:
+        raise ValueError(f"per-row activation bits (x_bits) must be <= 8 for the int8 GEMM, got up to {top}")
     if xq.dim() < 2 or xq.shape[-1] != weight.in_features:
         raise ValueError(f"xq must be [..., {weight.in_features}], got shape {tuple(xq.shape)}")
     if residual is not None:

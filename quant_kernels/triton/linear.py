@@ -65,11 +65,9 @@ def pack_layer(layer: QuantLinear) -> PackedLayer:
 @torch.no_grad()
 def qlinear_forward(layer: QuantLinear, x: torch.Tensor, packed: PackedLayer | None = None) -> torch.Tensor:
     """``layer(x)`` computed with the Triton kernels (see the module docstring); returns ``x.dtype``."""
-    if packed is None:
-        packed = pack_layer(layer)
-    else:  # the kernels below skip the code checks that wait for the GPU, so the layer's bits are checked here
+    if packed is not None:  # the kernels below skip the code checks that wait for the GPU: check the layer's bits
         check_layer(layer)
-    p = packed
+    p = packed if packed is not None else pack_layer(layer)
     in_dtype = x.dtype
     x = layer.prepare_input(x)
     aspec = layer.aspec

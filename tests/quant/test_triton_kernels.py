@@ -214,8 +214,7 @@ TILES = [qt.GemmTiles(16, 16, 64, 1, 1, False), qt.GemmTiles(32, 64, 64, 2, 3, F
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("tiles", TILES, ids=lambda t: f"{t.block_m}x{t.block_n}x{t.block_k}"
-                         f"w{t.num_warps}s{t.num_stages}{'i' if t.interleave else 'h'}")
+@pytest.mark.parametrize("tiles", TILES, ids=lambda t: t.label)
 @pytest.mark.parametrize("wb", [4, 8])
 def test_int_gemm_result_does_not_depend_on_the_tiling(device: str, tiles: qt.GemmTiles, wb: int) -> None:
     """Every tiling gives the exact int32 accumulators (partial edge tiles in M, N and K, an odd K for int8 weights,
@@ -240,6 +239,8 @@ def test_int_gemm_result_does_not_depend_on_the_tiling(device: str, tiles: qt.Ge
 
 def test_gemm_tiles_are_validated() -> None:
     assert qt.default_tiles(8, 8, 64) == qt.GemmTiles(16, 32, 64)
+    assert qt.GemmTiles(64, 64, 128, 4, 2, False).label == "64x64x128w4s2h"  # the benchmark JSON's keys
+    assert qt.GemmTiles().label == "128x128x128w4s3i"
     assert qt.default_tiles(40, 4096, 4096) == qt.GemmTiles(64, 64, 128)
     assert qt.default_tiles(2048, 4096, 4096, packed=True).block_m == 256
     assert qt.default_tiles(512, 4096, 4096, packed=True) == qt.GemmTiles(128, 128, 128, 8, 3)
