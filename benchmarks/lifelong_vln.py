@@ -61,10 +61,20 @@ def sr_se(srs: list[float], n: int) -> float:
     return math.sqrt(sum(p * (1 - p) / n for p in srs)) / max(len(srs), 1)
 
 
+def routing_cell(r: dict) -> str:
+    """Joint routing accuracy, with the scene and environment parts where the run recorded them."""
+    if r.get("routing_acc") is None:
+        return "-"
+    parts = [r.get("routing_scene_acc"), r.get("routing_env_acc")]
+    split = f" ({parts[0]:.2f} / {parts[1]:.2f})" if None not in parts else ""
+    return f"{r['routing_acc']:.2f}{split}"
+
+
 def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: int | None = None,
           blind_steps: int = 6) -> str:
     """Markdown: one row per method (and per reference policy that no task changes), then final SR per task."""
-    head = ("| method | avg SR | avg SPL | avg OSR | F-SR (rel.) | F-SR (abs.) | unseen SR | routing acc. | "
+    head = ("| method | avg SR | avg SPL | avg OSR | F-SR (rel.) | F-SR (abs.) | unseen SR | routing acc. "
+            "(scene / env) | "
             "adapter params | time (s) |")
     lines = [head, "|" + "---|" * 10]
     f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
@@ -73,7 +83,7 @@ def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: 
         lines.append(f"| {name} | {f(r['avg']['sr'])}{pm(r['final']['sr'])} | {f(r['avg']['spl'])} | "
                      f"{f(r['avg']['osr'])} | "
                      f"{f(r['forgetting']['sr']['relative'])} | {f(r['forgetting']['sr']['absolute'])} | "
-                     f"{f(r['unseen']['sr'])} | {f(r['routing_acc'])} | {r['adapter_params']:,} | {r['seconds']} |")
+                     f"{f(r['unseen']['sr'])} | {routing_cell(r)} | {r['adapter_params']:,} | {r['seconds']} |")
     refs = {REFERENCE_ROWS.get(k, k).format(n=blind_steps): v for k, v in (references or {}).items()}
     for name, on in refs.items():
         srs = [on[t.name]["sr"] for t in tasks]
@@ -266,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                "forgetting": {m: r["forgetting"]["sr"]["relative"] for m, r in results.items()},
                "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
                "routing_acc": results.get("tuka_dkil", {}).get("routing_acc"),
+               "routing_env_acc": results.get("tuka_dkil", {}).get("routing_env_acc"),
                "served_parity": results.get("tuka_dkil", {}).get("served_parity"),
                "reference_avg_sr": {k: reference_avg(on, tasks) for k, on in references.items()},
                "seconds": round(time.time() - t0, 1), "out": str(out)}

@@ -24,6 +24,8 @@ def test_quick_benchmark_prints_json(tmp_path):
     report = json.loads((tmp_path / "lifelong_vln.json").read_text())
     assert len(report["tasks"]) == 3 and len(report["unseen"]) == 1
     assert set(report["references"]["blind"]) == set(report["tasks"]) | set(report["unseen"])
+    tuka = report["results"]["tuka_dkil"]  # a route is right only where both its parts are
+    assert tuka["routing_acc"] <= min(tuka["routing_scene_acc"], tuka["routing_env_acc"]) + 1e-9
     assert (tmp_path / "lifelong_vln.png").stat().st_size > 1000
 
 

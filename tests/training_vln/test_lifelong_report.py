@@ -158,3 +158,24 @@ def test_camera_only_tasks_keep_the_scene_lit(tmp_path, monkeypatch) -> None:
     assert means["camera"] > 1.2 * means["physical"]
     with pytest.raises(ValueError, match="physical_conditions"):
         VLNTrainConfig(physical_conditions="no")
+
+
+def test_routing_cell_splits_scene_and_environment() -> None:
+    r = _result([0.5])
+    assert bench.routing_cell(r) == "-"
+    r.update(routing_acc=0.25, routing_scene_acc=0.5, routing_env_acc=1.0)
+    assert bench.routing_cell(r) == "0.25 (0.50 / 1.00)"
+    r.pop("routing_env_acc")  # a report written before the split: the joint figure alone
+    assert bench.routing_cell(r) == "0.25"
+    md = bench.table({"tuka_dkil": {**r, "routing_env_acc": 1.0}}, [_T("S0-normal")], [])
+    assert "| 0.25 (0.50 / 1.00) |" in md and "routing acc. (scene / env)" in md
+
+
+def test_routing_accuracies_are_collected_per_kind() -> None:
+    from training.vln.lifelong import ROUTING_KEYS, _add_routing
+
+    acc = {k: [] for k in ROUTING_KEYS}
+    _add_routing(acc, {"sr": 0.5})  # an un-routed method's metrics add nothing
+    _add_routing(acc, {"routing_acc": 0.5, "routing_scene_acc": 0.5, "routing_env_acc": 1.0})
+    _add_routing(acc, {"routing_acc": 0.0, "routing_scene_acc": 0.25, "routing_env_acc": 0.0})
+    assert acc == {"routing_acc": [0.5, 0.0], "routing_scene_acc": [0.5, 0.25], "routing_env_acc": [1.0, 0.0]}

@@ -166,18 +166,20 @@ def evaluate_task(method: Any, cfg: LifelongConfig, data: TaskData, expected_rou
 
     policy = method.policy(data.task)
     env = make_env(cfg.base, data.task.condition, data.eval_episodes, data.eval_gts)
-    rows, routed_ok = [], []
+    rows, routes = [], []
     try:
         for i in range(len(data.eval_episodes)):
             rows.append(run_episode(env, policy, i))
             if method.routed and expected_route is not None:
-                routed_ok.append(policy.route == expected_route)
+                routes.append(tuple(policy.route))
     finally:
         env.close()
     agg = metrics.aggregate(rows)
     out = {k: float(agg[k]) for k in ("sr", "spl", "osr", "ne")}
-    if routed_ok:
-        out["routing_acc"] = float(np.mean(routed_ok))
+    if routes:  # joint, and per expert kind: an environment can be told apart where a scene cannot
+        out["routing_acc"] = float(np.mean([r == tuple(expected_route) for r in routes]))
+        for i, kind in enumerate(("scene", "env")):
+            out[f"routing_{kind}_acc"] = float(np.mean([r[i] == expected_route[i] for r in routes]))
     return out
 
 
@@ -263,7 +265,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
     vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size, agent_cfg)
     T = len(tasks)
     mats = {k: np.full((T, T), np.nan) for k in ("sr", "spl", "osr")}
-    routing: list[float] = []
+    routing: dict[str, list[float]] = {key: [] for key in ROUTING_KEYS}
     for k, task in enumerate(tqdm(tasks, desc=name, disable=not progress)):
         d = data[task.index]
         feats = _features(method, d.samples) if method.routed else None
@@ -283,16 +285,15 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
             m = evaluate_task(method, cfg, data[t.index], exp)
             for key in mats:
                 mats[key][k, j] = m[key]
-            if k == T - 1 and "routing_acc" in m:
-                routing.append(m["routing_acc"])
+            if k == T - 1:
+                _add_routing(routing, m)
         log.info("%s after %s: SR on seen tasks %s", name, task.name, np.round(mats["sr"][k, :k + 1], 2).tolist())
     unseen_m = []
     for u in unseen:
         exp = method.expert_of(u) if method.routed else None
         m = evaluate_task(method, cfg, data[u.index], exp)
         unseen_m.append(m)
-        if "routing_acc" in m:
-            routing.append(m["routing_acc"])
+        _add_routing(routing, m)
     final = {key: mats[key][T - 1].tolist() for key in mats}
     parity = None
     if export_dir is not None and method.routed:
@@ -306,9 +307,19 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         "avg": {k: float(np.mean(v)) for k, v in final.items()},
         "forgetting": {k: forgetting(mats[k]) for k in mats},
         "unseen": {k: (float(np.mean([m[k] for m in unseen_m])) if unseen_m else None) for k in ("sr", "spl", "osr")},
-        "routing_acc": float(np.mean(routing)) if routing else None,
+        **{key: (float(np.mean(v)) if v else None) for key, v in routing.items()},
         "adapter_params": int(method.adapter_params()), "seconds": round(time.time() - t0, 1),
     }
+
+
+ROUTING_KEYS = ("routing_acc", "routing_scene_acc", "routing_env_acc")
+
+
+def _add_routing(acc: dict[str, list[float]], metrics_: dict[str, float]) -> None:
+    """Append a task's routing accuracies (joint, scene, env), where it has them, to ``acc``."""
+    for key in ROUTING_KEYS:
+        if key in metrics_:
+            acc[key].append(metrics_[key])
 
 
 def forgetting(mat: np.ndarray) -> dict[str, Any]:
