@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="learn only these tasks of the sequence, in this order (e.g. S0-low_light: one task alone, "
                         "to measure what adaptation gains); the others are not evaluated")
     p.add_argument("--ewc-lambda", type=float, default=1e7, help="EWC-LoRA's lambda (the released code's 1e7)")
+    p.add_argument("--dkil-ewc", type=float, default=0.2,
+                   help="TuKA: weight of DKIL's EWC term on the shared factors G/U1/U2 (default 0.2, the paper's)")
     p.add_argument("--adapt-projector", action="store_true",
                    help="every method adapts the multimodal projector too (the paper's targets); TuKA then routes on "
                         "vision-tower features")
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                              order_seed=a.order_seed, train_per_task=a.train_per_task, eval_per_task=a.eval_per_task,
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
                              methods=methods, full_matrix=not a.diagonal_only,
-                             ewc_lambda=a.ewc_lambda, adapt_projector=a.adapt_projector)
+                             ewc_lambda=a.ewc_lambda, dkil_w_ewc=a.dkil_ewc, adapt_projector=a.adapt_projector)
     base_dir, base_result = base_navigator(base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)

@@ -73,3 +73,20 @@ def test_adapting_the_projector_routes_on_vision_tower_features() -> None:
     assert on.agent_config().num_history == 0
     with pytest.raises(TypeError, match="adapt_projector"):
         LifelongConfig(base=base, adapt_projector="yes")
+
+
+def test_dkil_ewc_weight_reaches_tukas_penalty(tmp_path) -> None:
+    from agents.vlm.bundle import load_vlm
+    from training.vln.lifelong import LifelongConfig
+    from training.vln.methods import METHODS
+    from training.vln.navigator import build_backbone
+
+    base = VLNTrainConfig(image_size=32, tiny=TINY, agent={"num_history": 0, "num_future_steps": 2})
+    cfg = LifelongConfig(base=base, tuka_ranks=(4, 4, 2, 2), dkil_w_ewc=0.0)
+    assert cfg.settings()["dkil_w_ewc"] == 0.0 and LifelongConfig(base=base).settings()["dkil_w_ewc"] == 0.2
+    bundle = load_vlm(build_backbone(base, tmp_path / "b", ["go to the sofa"]))
+    method = METHODS.get("tuka_dkil")(bundle, cfg.agent_config(), cfg.settings())
+    assert method.penalty.config.w_ewc == 0.0 and method.penalty.config.w_co == 0.2  # only the EWC weight moves
+    for bad in (-0.1, float("nan"), True, "0.2"):
+        with pytest.raises(ValueError, match="dkil_w_ewc"):
+            LifelongConfig(base=base, dkil_w_ewc=bad)

@@ -48,6 +48,7 @@ class LifelongConfig:
 
     ``full_matrix``: evaluate every learnt task after each task (the SR matrix), else only the task just learnt and,
     after the last one, all of them. ``blind_forward_steps``: N of the blind reference (forward N times, then stop).
+    ``dkil_w_ewc``: TuKA's weight of the EWC term on its shared factors (DKIL's default 0.2).
     ``adapt_projector``: every method adapts the multimodal projector too (the paper's targets), and routing then
     reads vision-tower features (``VLNAgentConfig.routing_features``), which the projector's adapter cannot move."""
 
@@ -64,6 +65,7 @@ class LifelongConfig:
     lora_rank: int = 8
     tuka_ranks: tuple[int, int, int, int] = (8, 8, 4, 4)
     ewc_lambda: float = 1e7
+    dkil_w_ewc: float = 0.2
     fisher_batches: int = 4
     methods: list[str] = field(default_factory=lambda: ["seq_lora", "ewc_lora", "oracle_multi_lora", "tuka_dkil"])
     full_matrix: bool = True
@@ -94,6 +96,9 @@ class LifelongConfig:
             raise ValueError(f"tuka_ranks must be 4 positive ints, got {self.tuka_ranks}")
         for m in self.methods:
             METHODS.get(m)  # KeyError listing the known methods
+        if isinstance(self.dkil_w_ewc, bool) or not isinstance(self.dkil_w_ewc, (int, float)) or \
+                not math.isfinite(self.dkil_w_ewc) or self.dkil_w_ewc < 0:
+            raise ValueError(f"dkil_w_ewc must be a finite number >= 0, got {self.dkil_w_ewc!r}")
         if not isinstance(self.adapt_projector, bool):
             raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
 
@@ -117,6 +122,7 @@ class LifelongConfig:
 
     def settings(self) -> dict[str, Any]:
         return {"lora_rank": self.lora_rank, "tuka_ranks": tuple(self.tuka_ranks), "ewc_lambda": self.ewc_lambda,
+                "dkil_w_ewc": self.dkil_w_ewc,
                 "adapt_projector": self.adapt_projector}
 
     def agent_config(self) -> VLNAgentConfig:
