@@ -170,6 +170,17 @@ def merge(paths: list[str], out: Path) -> int:
     return 0
 
 
+def _ranks(p: argparse.ArgumentParser, text: str) -> tuple[int, int, int, int]:
+    """``--tuka-ranks R1,R2,R3,R4`` as four positive ints (an argparse error otherwise)."""
+    try:
+        ranks = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        ranks = ()
+    if len(ranks) != 4 or min(ranks) < 1:
+        p.error(f"--tuka-ranks: four positive ints R1,R2,R3,R4, got {text!r}")
+    return ranks  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="2 scenes x 2 conditions, tiny settings (< 1 minute)")
@@ -192,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="learn only these tasks of the sequence, in this order (e.g. S0-low_light: one task alone, "
                         "to measure what adaptation gains); the others are not evaluated")
     p.add_argument("--ewc-lambda", type=float, default=1e7, help="EWC-LoRA's lambda (the released code's 1e7)")
+    p.add_argument("--tuka-ranks", default="8,8,4,4", metavar="R1,R2,R3,R4",
+                   help="TuKA's Tucker ranks: shared output/input (r1, r2), scene (r3) and environment (r4) experts")
     p.add_argument("--dkil-ewc", type=float, default=0.2,
                    help="TuKA: weight of DKIL's EWC term on the shared factors G/U1/U2 (default 0.2, the paper's)")
     p.add_argument("--adapt-projector", action="store_true",
@@ -236,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                              order_seed=a.order_seed, train_per_task=a.train_per_task, eval_per_task=a.eval_per_task,
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
                              methods=methods, full_matrix=not a.diagonal_only,
-                             ewc_lambda=a.ewc_lambda, dkil_w_ewc=a.dkil_ewc, adapt_projector=a.adapt_projector)
+                             ewc_lambda=a.ewc_lambda, dkil_w_ewc=a.dkil_ewc,
+                             tuka_ranks=_ranks(p, a.tuka_ranks), adapt_projector=a.adapt_projector)
     base_dir, base_result = base_navigator(base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)

@@ -179,3 +179,13 @@ def test_routing_accuracies_are_collected_per_kind() -> None:
     _add_routing(acc, {"routing_acc": 0.5, "routing_scene_acc": 0.5, "routing_env_acc": 1.0})
     _add_routing(acc, {"routing_acc": 0.0, "routing_scene_acc": 0.25, "routing_env_acc": 0.0})
     assert acc == {"routing_acc": [0.5, 0.0], "routing_scene_acc": [0.5, 0.25], "routing_env_acc": [1.0, 0.0]}
+
+
+def test_tuka_ranks_flag_is_parsed_and_checked() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    assert bench._ranks(p, "8,8,4,16") == (8, 8, 4, 16)
+    for bad in ("8,8,4", "8,8,4,0", "8,8,x,4", ""):
+        with pytest.raises(SystemExit):
+            bench._ranks(p, bad)
