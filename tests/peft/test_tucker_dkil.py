@@ -46,6 +46,8 @@ def test_config_validation() -> None:
         DKILConfig(w_es=-0.1)
     with pytest.raises(ValueError, match="fisher_norm"):
         DKILConfig(fisher_norm="l2")
+    with pytest.raises(ValueError, match="w_ewc"):  # a flag is not a weight
+        DKILConfig(w_ewc=True)
     c = DKILConfig()
     assert (c.w_nav, c.w_ewc, c.w_co, c.w_es, c.omega, c.fisher_norm) == (0.5, 0.2, 0.2, 0.1, 0.95, "mean")
 

@@ -84,6 +84,9 @@ def test_dkil_ewc_weight_reaches_tukas_penalty(tmp_path) -> None:
     base = VLNTrainConfig(image_size=32, tiny=TINY, agent={"num_history": 0, "num_future_steps": 2})
     cfg = LifelongConfig(base=base, tuka_ranks=(4, 4, 2, 2), dkil_w_ewc=0.0)
     assert cfg.settings()["dkil_w_ewc"] == 0.0 and LifelongConfig(base=base).settings()["dkil_w_ewc"] == 0.2
+    from training.peft.tucker import DKILConfig
+
+    assert LifelongConfig(base=base).dkil_w_ewc == DKILConfig().w_ewc  # the benchmark's default is DKIL's
     bundle = load_vlm(build_backbone(base, tmp_path / "b", ["go to the sofa"]))
     method = METHODS.get("tuka_dkil")(bundle, cfg.agent_config(), cfg.settings())
     assert method.penalty.config.w_ewc == 0.0 and method.penalty.config.w_co == 0.2  # only the EWC weight moves

@@ -171,6 +171,14 @@ def test_routing_cell_splits_scene_and_environment() -> None:
     assert "| 0.25 (0.50 / 1.00) |" in md and "routing acc. (scene / env)" in md
 
 
+def test_routing_accuracy_is_joint_and_per_kind() -> None:
+    from training.vln.lifelong import routing_accuracy
+
+    got = routing_accuracy([(0, 1), (1, 1), (1, 1), (0, 0)], (0, 1))
+    assert got == {"routing_acc": 0.25, "routing_scene_acc": 0.5, "routing_env_acc": 0.75}
+    assert routing_accuracy([[2, 0]], [2, 0])["routing_acc"] == 1.0  # lists and tuples compare alike
+
+
 def test_routing_accuracies_are_collected_per_kind() -> None:
     from training.vln.lifelong import ROUTING_KEYS, _add_routing
 

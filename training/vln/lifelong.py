@@ -96,9 +96,12 @@ class LifelongConfig:
             raise ValueError(f"tuka_ranks must be 4 positive ints, got {self.tuka_ranks}")
         for m in self.methods:
             METHODS.get(m)  # KeyError listing the known methods
-        if isinstance(self.dkil_w_ewc, bool) or not isinstance(self.dkil_w_ewc, (int, float)) or \
-                not math.isfinite(self.dkil_w_ewc) or self.dkil_w_ewc < 0:
-            raise ValueError(f"dkil_w_ewc must be a finite number >= 0, got {self.dkil_w_ewc!r}")
+        from training.peft.tucker import DKILConfig
+
+        try:  # DKIL's own check of its weights
+            DKILConfig(w_ewc=self.dkil_w_ewc)
+        except ValueError as exc:
+            raise ValueError(f"dkil_w_ewc: {exc}") from exc
         if not isinstance(self.adapt_projector, bool):
             raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
 
@@ -182,10 +185,8 @@ def evaluate_task(method: Any, cfg: LifelongConfig, data: TaskData, expected_rou
         env.close()
     agg = metrics.aggregate(rows)
     out = {k: float(agg[k]) for k in ("sr", "spl", "osr", "ne")}
-    if routes:  # joint, and per expert kind: an environment can be told apart where a scene cannot
-        out["routing_acc"] = float(np.mean([r == tuple(expected_route) for r in routes]))
-        for i, kind in enumerate(("scene", "env")):
-            out[f"routing_{kind}_acc"] = float(np.mean([r[i] == expected_route[i] for r in routes]))
+    if routes:
+        out.update(routing_accuracy(routes, expected_route))
     return out
 
 
@@ -319,6 +320,16 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
 
 
 ROUTING_KEYS = ("routing_acc", "routing_scene_acc", "routing_env_acc")
+
+
+def routing_accuracy(routes: list[tuple[int, int]], expected: tuple[int | None, int | None]) -> dict[str, float]:
+    """Joint and per expert kind (scene, env) share of ``routes`` equal to ``expected``: an environment can be told
+    apart where a scene cannot."""
+    expected = tuple(expected)
+    out = {"routing_acc": float(np.mean([tuple(r) == expected for r in routes]))}
+    for i, kind in enumerate(("scene", "env")):
+        out[f"routing_{kind}_acc"] = float(np.mean([r[i] == expected[i] for r in routes]))
+    return out
 
 
 def _add_routing(acc: dict[str, list[float]], metrics_: dict[str, float]) -> None:

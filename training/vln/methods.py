@@ -151,7 +151,7 @@ class TuKADKIL(_Method):
                          target_modules=adapter_targets(bundle.family, settings.get("adapt_projector", False)),
                          num_scenes=1, num_envs=1)
         bundle.model = apply_tuka(bundle.model, cfg)
-        self.penalty = DKIL(bundle.model, DKILConfig(w_ewc=float(settings.get("dkil_w_ewc", 0.2))))
+        self.penalty = DKIL(bundle.model, DKILConfig(w_ewc=float(settings.get("dkil_w_ewc", DKILConfig.w_ewc))))
         self.router = PrototypeRouter()
         self.scene_ids: dict[int, int] = {}  # task scene index -> expert row
         self.env_ids: dict[int, int] = {}

@@ -59,7 +59,7 @@ class DKILConfig:
     def __post_init__(self) -> None:
         for name in ("w_nav", "w_ewc", "w_co", "w_es"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"DKILConfig.{name} must be a finite number >= 0, got {v!r}")
         if self.w_nav <= 0:
             raise ValueError(f"DKILConfig.w_nav must be > 0, got {self.w_nav}")
