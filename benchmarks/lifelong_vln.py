@@ -207,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="TuKA's Tucker ranks: shared output/input (r1, r2), scene (r3) and environment (r4) experts")
     p.add_argument("--dkil-ewc", type=float, default=0.2,
                    help="TuKA: weight of DKIL's EWC term on the shared factors G/U1/U2 (default 0.2, the paper's)")
+    p.add_argument("--cotrain", type=float, default=0.0, metavar="F",
+                   help="fraction of every adaptation batch that is scene questions about the task's own frames, "
+                        "under its condition (the base navigator's data mix); 0: imitation only (the paper's)")
     p.add_argument("--adapt-projector", action="store_true",
                    help="every method adapts the multimodal projector too (the paper's targets); TuKA then routes on "
                         "vision-tower features")
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
                              train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4, fisher_batches=1,
                              lora_rank=4, tuka_ranks=(4, 4, 2, 2), methods=methods, full_matrix=False,
-                             adapt_projector=a.adapt_projector)
+                             adapt_projector=a.adapt_projector, cotrain=a.cotrain)
     else:
         base = VLNTrainConfig.from_yaml(a.base_config)
         cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
@@ -250,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
                              methods=methods, full_matrix=not a.diagonal_only,
                              ewc_lambda=a.ewc_lambda, dkil_w_ewc=a.dkil_ewc,
-                             tuka_ranks=_ranks(p, a.tuka_ranks), adapt_projector=a.adapt_projector)
+                             tuka_ranks=_ranks(p, a.tuka_ranks), adapt_projector=a.adapt_projector,
+                             cotrain=a.cotrain)
     base_dir, base_result = base_navigator(base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)

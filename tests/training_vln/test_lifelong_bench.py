@@ -31,13 +31,14 @@ def test_quick_benchmark_prints_json(tmp_path):
 
 @pytest.mark.slow
 def test_quick_benchmark_with_the_projector_adapted(tmp_path):
+    """... and with scene questions in every adaptation batch (``--cotrain``)."""
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/lifelong_vln.py"), "--quick", "--adapt-projector",
-                           "--methods", "tuka_dkil", "--out", str(tmp_path)],
+                           "--methods", "tuka_dkil", "--cotrain", "0.5", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert last["served_parity"]["routes_equal"] and last["served_parity"]["max_logit_diff"] < 1e-3
     report = json.loads((tmp_path / "lifelong_vln.json").read_text())
-    assert report["config"]["adapt_projector"] is True
+    assert report["config"]["adapt_projector"] is True and report["config"]["cotrain"] == 0.5
     exported = [json.loads(p.read_text()) for p in tmp_path.rglob("vln_config.json")]
     assert exported and all(c["routing_features"] == "vision_tower" for c in exported)

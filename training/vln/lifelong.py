@@ -49,6 +49,9 @@ class LifelongConfig:
     ``full_matrix``: evaluate every learnt task after each task (the SR matrix), else only the task just learnt and,
     after the last one, all of them. ``blind_forward_steps``: N of the blind reference (forward N times, then stop).
     ``dkil_w_ewc``: TuKA's weight of the EWC term on its shared factors (DKIL's default 0.2).
+    ``cotrain``: the fraction of every adaptation batch that is scene questions ("where is the <object>?") about
+    the task's own training frames, under its condition, answered from segmentation: the base navigator's data mix
+    when it was co-trained on them (0: imitation only, the paper's protocol).
     ``adapt_projector``: every method adapts the multimodal projector too (the paper's targets), and routing then
     reads vision-tower features (``VLNAgentConfig.routing_features``), which the projector's adapter cannot move."""
 
@@ -71,6 +74,7 @@ class LifelongConfig:
     full_matrix: bool = True
     blind_forward_steps: int = 6
     adapt_projector: bool = False
+    cotrain: float = 0.0
 
     def __post_init__(self) -> None:
         from sim.nav.conditions import available_conditions
@@ -104,6 +108,8 @@ class LifelongConfig:
             raise ValueError(f"dkil_w_ewc: {exc}") from exc
         if not isinstance(self.adapt_projector, bool):
             raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
+        if isinstance(self.cotrain, bool) or not isinstance(self.cotrain, (int, float)) or not 0 <= self.cotrain <= 0.9:
+            raise ValueError(f"cotrain must be a fraction in [0, 0.9], got {self.cotrain!r}")
 
     def tasks(self) -> tuple[list[Task], list[Task]]:
         """(task sequence in a fixed random order, unseen pairs). The held-out pairs are chosen so every scene
@@ -145,25 +151,35 @@ class TaskData:
     samples: list[Sample]
     eval_episodes: list[Episode]
     eval_gts: dict[str, GroundTruth]
+    questions: list[Sample] = field(default_factory=list)
 
 
 def prepare_data(cfg: LifelongConfig, tasks: list[Task], progress: bool = False) -> dict[int, TaskData]:
-    """Oracle demonstrations (training) and held-out episodes of every task, rendered under its condition."""
+    """Oracle demonstrations (training) and held-out episodes of every task, rendered under its condition; with
+    ``cfg.cotrain``, the scene questions about the demonstrations' frames too."""
+    from training.vln.scene_grounding import FrameQuestions, SceneGroundingConfig, question_samples
+
     out: dict[int, TaskData] = {}
     agent_cfg = cfg.base.agent_config()
+    asking = cfg.base.scene_grounding_config() or SceneGroundingConfig()
     for t in tqdm(tasks, desc="task data", disable=not progress):
         eps, gts = make_episodes(cfg.base, "task", cfg.train_per_task, [t.scene], seed_offset=100 * t.index)
         env = make_env(cfg.base, t.condition, eps, gts)
+        asker = FrameQuestions(asking, asking.seed * 7919 + 2 + t.index) if cfg.cotrain else None
         try:
             samples = collect(env, range(len(eps)), agent_cfg, cfg.base.image_size, seed=t.index,
-                              task_ids=(t.scene, t.env), keep_frames=True, teacher=cfg.base.teacher)
+                              task_ids=(t.scene, t.env), keep_frames=True, teacher=cfg.base.teacher,
+                              on_state=asker)
         finally:
             env.close()
+        questions = question_samples(asker.items(samples), cfg.base) if asker is not None else []
+        if asker is not None and not questions:
+            raise ValueError(f"task {t.name}: its frames name no visible objects to ask about (cotrain)")
         ev, egts = make_episodes(cfg.base, "task", cfg.eval_per_task, [t.scene], seed_offset=100 * t.index + 50)
         if not ev or not samples:
             raise ValueError(f"task {t.name}: no valid episodes could be sampled (min_distance "
                              f"{cfg.base.min_distance} .. max_distance {cfg.base.max_distance} m); widen the range")
-        out[t.index] = TaskData(t, samples, ev, egts)
+        out[t.index] = TaskData(t, samples, ev, egts, questions)
     return out
 
 
@@ -281,7 +297,8 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         else:
             method.start_task(task)
         trainer = Imitation(method.model, vproc, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.base.seed + k)
-        trainer.run(d.samples, cfg.steps_per_task, penalty=method.penalty, desc=f"{name} {task.name}")
+        trainer.run(d.samples, cfg.steps_per_task, penalty=method.penalty, desc=f"{name} {task.name}",
+                    cotrain=d.questions, cotrain_fraction=cfg.cotrain if d.questions else 0.0)
         rng = np.random.default_rng(k)
         fisher = [make_batch(vproc, [d.samples[i] for i in rng.choice(len(d.samples), cfg.batch_size)])
                   for _ in range(cfg.fisher_batches)]

@@ -170,30 +170,49 @@ def _build_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progre
     per_scene = cfg.episodes_per_scene if split == "train" else None
     eps, gts = make_episodes(nav_cfg, split, per_scene=per_scene)
     env = make_env(nav_cfg, "normal", eps, gts)
-    rng = np.random.default_rng(cfg.seed * 7919 + (split == "eval"))
-    questions: list[list[tuple[str, str, int]]] = []
-
-    def on_state(e: Any) -> None:
-        questions.append(frame_questions(e.house, e.item_masks(), e.goal_item(), cfg, rng))
-
+    asker = FrameQuestions(cfg, cfg.seed * 7919 + (split == "eval"))
     try:
         samples = collect(env, range(len(eps)), nav_cfg.agent_config(), nav_cfg.image_size, progress=progress,
-                          keep_frames=True, on_state=on_state, teacher=nav_cfg.teacher)
+                          keep_frames=True, on_state=asker, teacher=nav_cfg.teacher)
     finally:
         env.close()
-    return [(s.frame, *qa) for s, qs in zip(samples, questions) for qa in qs]
+    return asker.items(samples)
+
+
+class FrameQuestions:
+    """An ``on_state`` hook of :func:`training.vln.data.collect` that asks the scene questions of every visited
+    state (:func:`frame_questions`); ``items(samples)`` pairs them with the collected samples' frames, which must
+    have been kept (``keep_frames``) and are rendered under whatever condition the environment renders."""
+
+    def __init__(self, cfg: SceneGroundingConfig, seed: int) -> None:
+        self.cfg, self.rng = cfg, np.random.default_rng(seed)
+        self.per_state: list[list[tuple[str, str, int]]] = []
+
+    def __call__(self, env: Any) -> None:
+        self.per_state.append(frame_questions(env.house, env.item_masks(), env.goal_item(), self.cfg, self.rng))
+
+    def items(self, samples: list[Any]) -> list[tuple[np.ndarray, str, str, int]]:
+        """(frame, question, answer, object pixels) of every question asked."""
+        if len(samples) != len(self.per_state) or any(s.frame is None for s in samples):
+            raise ValueError(f"{len(samples)} samples (with frames kept) for {len(self.per_state)} visited states")
+        return [(s.frame, *qa) for s, qs in zip(samples, self.per_state) for qa in qs]
 
 
 def cotrain_samples(nav_cfg: Any, cfg: SceneGroundingConfig, progress: bool = False,
                     cache: Path | None = None) -> list[Any]:
     """The training questions as navigator samples (the frame tiled as the navigator's image, the question as the
     prompt, the answer as the target) for co-training with imitation (``cache``: see :func:`make_scene_set`)."""
+    return question_samples(make_scene_set(nav_cfg, "train", cfg, progress, cache), nav_cfg)
+
+
+def question_samples(items: list[tuple[np.ndarray, str, str, int]], nav_cfg: Any) -> list[Any]:
+    """(frame, question, answer, pixels) items as navigator samples: the frame tiled as the navigator's image, the
+    question as the prompt, the answer as the target."""
     from agents.vln.processor_vln import tile_frames
     from training.vln.data import Sample
 
     history = nav_cfg.agent_config().num_history
-    return [Sample(tile_frames([im], history, nav_cfg.image_size), q, a)
-            for im, q, a, _ in make_scene_set(nav_cfg, "train", cfg, progress, cache)]
+    return [Sample(tile_frames([im], history, nav_cfg.image_size), q, a) for im, q, a, _ in items]
 
 
 def report(items: list[tuple[np.ndarray, str, str, int]], hits: list[bool]) -> dict[str, Any]:
