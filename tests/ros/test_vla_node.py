@@ -191,10 +191,13 @@ def test_dry_run_and_lifecycle_teardown(arm):
     assert not Goal(node, arm["client"], "pick up the red cube").accepted, "an inactive node accepted a goal"
     assert change_state(node, Transition.TRANSITION_CLEANUP)
     assert get_state(node) == "unconfigured"
-    # reconfigure in dry_run: the goal runs on the live camera stream but commands nothing
+    # reconfigure in dry_run: the goal runs on the live camera stream but commands nothing. This test is not about
+    # staleness (test_stale_input_zeroes_and_aborts is): a longer stale_timeout keeps a >1 s scheduling stall of
+    # the simulator on a loaded 2-core CI box from aborting the goal (seen once: all inputs 1.05 s old)
     params = node.create_client(SetParameters, "/vla_node/set_parameters")
-    req = SetParameters.Request(parameters=[Parameter("dry_run", value=True).to_parameter_msg()])
-    assert call(node, params, req).results[0].successful
+    req = SetParameters.Request(parameters=[Parameter("dry_run", value=True).to_parameter_msg(),
+                                            Parameter("stale_timeout", value=5.0).to_parameter_msg()])
+    assert all(r.successful for r in call(node, params, req).results)
     assert change_state(node, Transition.TRANSITION_CONFIGURE)
     assert change_state(node, Transition.TRANSITION_ACTIVATE)
     assert arm["client"].wait_for_server(timeout_sec=20)
