@@ -172,13 +172,13 @@ def prepare_data(cfg: LifelongConfig, tasks: list[Task], progress: bool = False)
                               on_state=asker)
         finally:
             env.close()
-        questions = question_samples(asker.items(samples), cfg.base) if asker is not None else []
-        if asker is not None and not questions:
-            raise ValueError(f"task {t.name}: its frames name no visible objects to ask about (cotrain)")
         ev, egts = make_episodes(cfg.base, "task", cfg.eval_per_task, [t.scene], seed_offset=100 * t.index + 50)
         if not ev or not samples:
             raise ValueError(f"task {t.name}: no valid episodes could be sampled (min_distance "
                              f"{cfg.base.min_distance} .. max_distance {cfg.base.max_distance} m); widen the range")
+        questions = question_samples(asker.items(samples), cfg.base) if asker is not None else []
+        if asker is not None and not questions:
+            raise ValueError(f"task {t.name}: its frames name no visible objects to ask about (cotrain)")
         out[t.index] = TaskData(t, samples, ev, egts, questions)
     return out
 
