@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from agents.core.config import check_numbers
 from agents.vln.configuration_vln import VLNAgentConfig
 from sim.core.episodes import Episode, GroundTruth
 from training.vln.config import VLNTrainConfig
@@ -108,8 +109,7 @@ class LifelongConfig:
             raise ValueError(f"dkil_w_ewc: {exc}") from exc
         if not isinstance(self.adapt_projector, bool):
             raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
-        if isinstance(self.cotrain, bool) or not isinstance(self.cotrain, (int, float)) or not 0 <= self.cotrain <= 0.9:
-            raise ValueError(f"cotrain must be a fraction in [0, 0.9], got {self.cotrain!r}")
+        check_numbers(self, {"cotrain": (0.0, 0.9)}, "LifelongConfig.")  # SceneGroundingConfig.cotrain's range
 
     def tasks(self) -> tuple[list[Task], list[Task]]:
         """(task sequence in a fixed random order, unseen pairs). The held-out pairs are chosen so every scene
@@ -176,9 +176,11 @@ def prepare_data(cfg: LifelongConfig, tasks: list[Task], progress: bool = False)
         if not ev or not samples:
             raise ValueError(f"task {t.name}: no valid episodes could be sampled (min_distance "
                              f"{cfg.base.min_distance} .. max_distance {cfg.base.max_distance} m); widen the range")
-        questions = question_samples(asker.items(samples), cfg.base) if asker is not None else []
-        if asker is not None and not questions:
-            raise ValueError(f"task {t.name}: its frames name no visible objects to ask about (cotrain)")
+        questions = []
+        if asker is not None:
+            questions = question_samples(asker.items(samples), cfg.base)
+            if not questions:
+                raise ValueError(f"task {t.name}: its frames name no visible objects to ask about (cotrain)")
         out[t.index] = TaskData(t, samples, ev, egts, questions)
     return out
 
@@ -298,7 +300,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
             method.start_task(task)
         trainer = Imitation(method.model, vproc, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.base.seed + k)
         trainer.run(d.samples, cfg.steps_per_task, penalty=method.penalty, desc=f"{name} {task.name}",
-                    cotrain=d.questions, cotrain_fraction=cfg.cotrain if d.questions else 0.0)
+                    cotrain=d.questions, cotrain_fraction=cfg.cotrain)
         rng = np.random.default_rng(k)
         fisher = [make_batch(vproc, [d.samples[i] for i in rng.choice(len(d.samples), cfg.batch_size)])
                   for _ in range(cfg.fisher_batches)]
