@@ -101,6 +101,39 @@ def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: 
     return "\n".join(lines)
 
 
+def offline_table(results: dict, tasks, references: dict | None = None) -> str:
+    """Markdown of the offline metrics (teacher-forced answers on held-out demonstrations, each task with its own
+    adapter or experts): means right after learning each task and at the end, forgetting; '' if none were run."""
+    rows = {n: r["offline"] for n, r in results.items() if r.get("offline")}
+    if not rows:
+        return ""
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    f = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    lines = ["| method | token acc. right after (mean) | final token acc. | F-acc (rel.) | loss right after | "
+             "final loss | loss rise |", "|" + "---|" * 7]
+    for name, o in rows.items():
+        lines.append(f"| {name} | {f(mean(o['right_after']['token_acc']))} | {f(o['avg']['token_acc'])} | "
+                     f"{f(o['forgetting']['token_acc'])} | {f(mean(o['right_after']['loss']))} | "
+                     f"{f(o['avg']['loss'])} | {f(o['forgetting']['loss_rise'])} |")
+    base = (references or {}).get("base", {})
+    if tasks and all("token_acc" in base.get(t.name, {}) for t in tasks):
+        lines.append(f"| {REFERENCE_ROWS['base']} | - | {f(reference_avg(base, tasks, 'token_acc'))} | - | - | "
+                     f"{f(reference_avg(base, tasks, 'loss'))} | - |")
+    lines += ["", "Final token accuracy per task (order of learning):", "",
+              "| method | " + " | ".join(t.name for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for name, o in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f(v) for v in o["final"]["token_acc"]) + " |")
+    return "\n".join(lines)
+
+
+def report_md(results: dict, tasks, unseen, references: dict | None, n_eval: int | None, blind_steps: int) -> str:
+    """The closed-loop table, then the offline one where the run has it."""
+    off = offline_table(results, tasks, references)
+    md = table(results, tasks, unseen, references, n_eval, blind_steps)
+    return md + ("\n\nOffline (teacher-forced on each task's held-out demonstrations, its own adapter/experts):\n\n"
+                 + off if off else "")
+
+
 def plot(results: dict, tasks, path: Path) -> None:
     import matplotlib
 
@@ -160,8 +193,8 @@ def merge(paths: list[str], out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "lifelong_vln.json").write_text(json.dumps(_clean(merged), indent=1))
     tasks, unseen = [_T(n) for n in first["tasks"]], [_T(n) for n in first["unseen"]]
-    md = table(results, tasks, unseen, references, first["config"]["eval_per_task"],
-               first["config"].get("blind_forward_steps", 6))
+    md = report_md(results, tasks, unseen, references, first["config"]["eval_per_task"],
+                   first["config"].get("blind_forward_steps", 6))
     (out / "lifelong_vln.md").write_text(md + "\n")
     plot(results, tasks, out / "lifelong_vln.png")
     print(md)
@@ -210,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cotrain", type=float, default=0.0, metavar="F",
                    help="fraction of every adaptation batch that is scene questions about the task's own frames, "
                         "under its condition (the base navigator's data mix); 0: imitation only (the paper's)")
+    p.add_argument("--offline-samples", type=int, default=256, metavar="N",
+                   help="teacher-driven model calls per task on its held-out episodes, scored teacher-forced after "
+                        "every task (token accuracy and loss: learning and forgetting without rollout noise); 0: off")
     p.add_argument("--adapt-projector", action="store_true",
                    help="every method adapts the multimodal projector too (the paper's targets); TuKA then routes on "
                         "vision-tower features")
@@ -245,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
                              train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4, fisher_batches=1,
                              lora_rank=4, tuka_ranks=(4, 4, 2, 2), methods=methods, full_matrix=False,
-                             adapt_projector=a.adapt_projector, cotrain=a.cotrain)
+                             adapt_projector=a.adapt_projector, cotrain=a.cotrain,
+                             offline_samples=min(a.offline_samples, 16))
     else:
         base = VLNTrainConfig.from_yaml(a.base_config)
         cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
@@ -254,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                              methods=methods, full_matrix=not a.diagonal_only,
                              ewc_lambda=a.ewc_lambda, dkil_w_ewc=a.dkil_ewc,
                              tuka_ranks=_ranks(p, a.tuka_ranks), adapt_projector=a.adapt_projector,
-                             cotrain=a.cotrain)
+                             cotrain=a.cotrain, offline_samples=a.offline_samples)
     base_dir, base_result = base_navigator(base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)
@@ -286,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
               "results": results,
               "seconds": round(time.time() - t0, 1)}
     (out / "lifelong_vln.json").write_text(json.dumps(_clean(report), indent=1))
-    md = table(results, tasks, unseen, references, cfg.eval_per_task, cfg.blind_forward_steps)
+    md = report_md(results, tasks, unseen, references, cfg.eval_per_task, cfg.blind_forward_steps)
     (out / "lifelong_vln.md").write_text(md + "\n")
     if results:
         plot(results, tasks, out / "lifelong_vln.png")
@@ -294,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"base navigator (after pre-training, normal light only): {json.dumps(base_metrics)}")
     summary = {"avg_sr": {m: r["avg"]["sr"] for m, r in results.items()},
                "forgetting": {m: r["forgetting"]["sr"]["relative"] for m, r in results.items()},
+               "offline_acc": {m: r["offline"]["avg"]["token_acc"] for m, r in results.items() if r["offline"]},
+               "offline_forgetting": {m: r["offline"]["forgetting"]["token_acc"] for m, r in results.items()
+                                      if r["offline"]},
                "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
                "routing_acc": results.get("tuka_dkil", {}).get("routing_acc"),
                "routing_env_acc": results.get("tuka_dkil", {}).get("routing_env_acc"),

@@ -33,3 +33,29 @@ def export_tuka_navigator(model: Any, router: Any, base_vlm_dir: str | Path, age
         TuckerExpertBank(factors, scalings, int(first["U3"].shape[0]), int(first["U4"].shape[0])).save(tmp)
         router.to_table().save(tmp)
     return out
+
+
+def served_parity(method: Any, served_dir: Path, task_samples: list[list[Any]], vproc: Any) -> dict[str, Any]:
+    """Check the exported (served) TuKA navigator against the training-side model (a ``tuka_dkil`` method): same
+    routes on every task's frames (``task_samples``: each task's training samples), and the same logits on a batch
+    once both are switched to the same experts."""
+    import torch
+
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
+    from training.vln.trainer import make_batch
+
+    served = AlldayWalkerPolicy.from_pretrained(served_dir)
+    same_route, max_diff = [], 0.0
+    for samples in task_samples:
+        frames = [s.frame for s in samples if s.frame is not None][:4]
+        feats = served.features(frames)
+        route = method.router.route(feats)
+        same_route.append(served.router.route(feats) == route)
+        batch = make_batch(vproc, samples[:2])
+        method.activate(*route)
+        served.activator(*route)
+        with torch.no_grad():
+            a = method.model(**batch).logits
+            b = served.model(**batch).logits
+        max_diff = max(max_diff, float((a - b).abs().max()))
+    return {"routes_equal": bool(all(same_route)), "max_logit_diff": max_diff}

@@ -54,7 +54,9 @@ class LifelongConfig:
     the task's own training frames, under its condition, answered from segmentation: the base navigator's data mix
     when it was co-trained on them (0: imitation only, the paper's protocol).
     ``adapt_projector``: every method adapts the multimodal projector too (the paper's targets), and routing then
-    reads vision-tower features (``VLNAgentConfig.routing_features``), which the projector's adapter cannot move."""
+    reads vision-tower features (``VLNAgentConfig.routing_features``), which the projector's adapter cannot move.
+    ``offline_samples``: teacher-driven model calls per task on its held-out episodes, scored teacher-forced after
+    every task (``training.vln.offline``: the low-noise learning and forgetting matrices; 0: off)."""
 
     base: VLNTrainConfig = field(default_factory=VLNTrainConfig)
     n_scenes: int = 3
@@ -76,6 +78,7 @@ class LifelongConfig:
     blind_forward_steps: int = 6
     adapt_projector: bool = False
     cotrain: float = 0.0
+    offline_samples: int = 256
 
     def __post_init__(self) -> None:
         from sim.nav.conditions import available_conditions
@@ -110,6 +113,9 @@ class LifelongConfig:
         if not isinstance(self.adapt_projector, bool):
             raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
         check_numbers(self, {"cotrain": (0.0, 0.9)}, "LifelongConfig.")  # SceneGroundingConfig.cotrain's range
+        if isinstance(self.offline_samples, bool) or not isinstance(self.offline_samples, int) or \
+                self.offline_samples < 0:
+            raise ValueError(f"offline_samples must be an int >= 0, got {self.offline_samples!r}")
 
     def tasks(self) -> tuple[list[Task], list[Task]]:
         """(task sequence in a fixed random order, unseen pairs). The held-out pairs are chosen so every scene
@@ -152,11 +158,14 @@ class TaskData:
     eval_episodes: list[Episode]
     eval_gts: dict[str, GroundTruth]
     questions: list[Sample] = field(default_factory=list)
+    heldout: list[Sample] = field(default_factory=list)
 
 
 def prepare_data(cfg: LifelongConfig, tasks: list[Task], progress: bool = False) -> dict[int, TaskData]:
     """Oracle demonstrations (training) and held-out episodes of every task, rendered under its condition; with
-    ``cfg.cotrain``, the scene questions about the demonstrations' frames too."""
+    ``cfg.cotrain``, the scene questions about the demonstrations' frames too; with ``cfg.offline_samples``, the
+    teacher's demonstrations of the held-out episodes (at most that many model calls)."""
+    from training.vln.offline import subsample
     from training.vln.scene_grounding import FrameQuestions, SceneGroundingConfig, question_samples
 
     out: dict[int, TaskData] = {}
@@ -181,7 +190,16 @@ def prepare_data(cfg: LifelongConfig, tasks: list[Task], progress: bool = False)
             questions = question_samples(asker.items(samples), cfg.base)
             if not questions:
                 raise ValueError(f"task {t.name}: its frames name no visible objects to ask about (cotrain)")
-        out[t.index] = TaskData(t, samples, ev, egts, questions)
+        heldout = []
+        if cfg.offline_samples:
+            env = make_env(cfg.base, t.condition, ev, egts)
+            try:
+                heldout = collect(env, range(len(ev)), agent_cfg, cfg.base.image_size, seed=t.index,
+                                  task_ids=(t.scene, t.env), teacher=cfg.base.teacher)
+            finally:
+                env.close()
+            heldout = subsample(heldout, cfg.offline_samples, seed=t.index)
+        out[t.index] = TaskData(t, samples, ev, egts, questions, heldout)
     return out
 
 
@@ -231,13 +249,21 @@ class _Fixed:
 
 def evaluate_base(cfg: LifelongConfig, base_dir: Path, tasks: list[Task], data: dict[int, TaskData]
                   ) -> dict[str, dict[str, float]]:
-    """SR / SPL / OSR / NE of the un-adapted base navigator on every task's held-out episodes."""
+    """SR / SPL / OSR / NE of the un-adapted base navigator on every task's held-out episodes (and, with
+    ``cfg.offline_samples``, its token accuracy and loss on their demonstrations)."""
     from agents.vlm.bundle import load_vlm
     from agents.vln.modeling_vln import AlldayWalkerPolicy
+    from agents.vln.processor_vln import VLNProcessor
+    from training.vln.offline import answer_metrics
 
     bundle, agent_cfg = load_vlm(Path(base_dir) / "vlm"), cfg.base.agent_config()
     frozen = _Fixed(lambda: AlldayWalkerPolicy(bundle, agent_cfg))
-    return {t.name: evaluate_task(frozen, cfg, data[t.index]) for t in tasks}
+    out = {t.name: evaluate_task(frozen, cfg, data[t.index]) for t in tasks}
+    if cfg.offline_samples:
+        vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size, agent_cfg)
+        for t in tasks:
+            out[t.name].update(answer_metrics(bundle.model, vproc, data[t.index].heldout))
+    return out
 
 
 def evaluate_blind(cfg: LifelongConfig, tasks: list[Task], data: dict[int, TaskData]) -> dict[str, dict[str, float]]:
@@ -249,30 +275,6 @@ def evaluate_blind(cfg: LifelongConfig, tasks: list[Task], data: dict[int, TaskD
     return {t.name: evaluate_task(blind, cfg, data[t.index]) for t in tasks}
 
 
-def served_parity(method: Any, served_dir: Path, data: dict[int, TaskData], vproc: Any) -> dict[str, Any]:
-    """Check the exported (served) TuKA navigator against the training-side model: same routes on every task's
-    frames, and the same logits on a batch once both are switched to the same experts."""
-    import torch
-
-    from agents.vln.modeling_vln import AlldayWalkerPolicy
-
-    served = AlldayWalkerPolicy.from_pretrained(served_dir)
-    same_route, max_diff = [], 0.0
-    for d in data.values():
-        frames = [s.frame for s in d.samples if s.frame is not None][:4]
-        feats = served.features(frames)
-        route = method.router.route(feats)
-        same_route.append(served.router.route(feats) == route)
-        batch = make_batch(vproc, d.samples[:2])
-        method.activate(*route)
-        served.activator(*route)
-        with torch.no_grad():
-            a = method.model(**batch).logits
-            b = served.model(**batch).logits
-        max_diff = max(max_diff, float((a - b).abs().max()))
-    return {"routes_equal": bool(all(same_route)), "max_logit_diff": max_diff}
-
-
 def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task], unseen: list[Task],
                data: dict[int, TaskData], progress: bool = False, export_dir: Path | None = None) -> dict[str, Any]:
     """Train ``name`` through the sequence; returns the metric matrices, final/unseen metrics and forgetting.
@@ -281,6 +283,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
 
     from agents.vlm.bundle import load_vlm
     from agents.vln.processor_vln import VLNProcessor
+    from training.vln.offline import answer_metrics, offline_matrices, summarise
 
     t0 = time.time()
     torch.manual_seed(cfg.base.seed)
@@ -290,6 +293,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
     vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size, agent_cfg)
     T = len(tasks)
     mats = {k: np.full((T, T), np.nan) for k in ("sr", "spl", "osr")}
+    offline = offline_matrices(T)
     routing: dict[str, list[float]] = {key: [] for key in ROUTING_KEYS}
     for k, task in enumerate(tqdm(tasks, desc=name, disable=not progress)):
         d = data[task.index]
@@ -313,6 +317,11 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
                 mats[key][k, j] = m[key]
             if k == T - 1:
                 _add_routing(routing, m)
+        if cfg.offline_samples:  # every learnt task, with its own adapter/experts
+            for j in range(k + 1):
+                method.select_task(tasks[j])
+                for key, v in answer_metrics(method.model, vproc, data[tasks[j].index].heldout).items():
+                    offline[key][k, j] = v
         log.info("%s after %s: SR on seen tasks %s", name, task.name, np.round(mats["sr"][k, :k + 1], 2).tolist())
     unseen_m = []
     for u in unseen:
@@ -323,15 +332,16 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
     final = {key: mats[key][T - 1].tolist() for key in mats}
     parity = None
     if export_dir is not None and method.routed:
-        from training.vln.export import export_tuka_navigator
+        from training.vln.export import export_tuka_navigator, served_parity
 
         export_tuka_navigator(method.model, method.router, Path(base_dir) / "vlm", agent_cfg, export_dir)
-        parity = served_parity(method, Path(export_dir), data, vproc)
+        parity = served_parity(method, Path(export_dir), [d.samples for d in data.values()], vproc)
     return {
         "served_parity": parity,
         "method": name, "matrices": {k: v.tolist() for k, v in mats.items()}, "final": final,
         "avg": {k: float(np.mean(v)) for k, v in final.items()},
         "forgetting": {k: forgetting(mats[k]) for k in mats},
+        "offline": summarise(offline) if cfg.offline_samples else None,
         "unseen": {k: (float(np.mean([m[k] for m in unseen_m])) if unseen_m else None) for k in ("sr", "spl", "osr")},
         **{key: (float(np.mean(v)) if v else None) for key, v in routing.items()},
         "adapter_params": int(method.adapter_params()), "seconds": round(time.time() - t0, 1),

@@ -56,6 +56,9 @@ class _Method:
         if self.penalty is not None:
             self.penalty.after_task(self.model, fisher_batches)
 
+    def select_task(self, task: Any) -> None:
+        """Switch the model to ``task``'s adapter or experts by its true id (a single adapter: nothing to do)."""
+
     def policy(self, task: Any) -> AlldayWalkerPolicy:
         return AlldayWalkerPolicy(self.bundle, self.agent_cfg)
 
@@ -122,13 +125,16 @@ class OracleMultiLoRAMethod(_Method):
         self.bundle.model = self.ml.model
         self.learned.append(task)
 
-    def policy(self, task: Any) -> AlldayWalkerPolicy:
+    def select_task(self, task: Any) -> None:
         known = [(t.scene, t.env) for t in self.learned]
         key = (task.scene, task.env)
         if key not in known:
             same_env = [k for k in known if k[1] == task.env]
             key = same_env[-1] if same_env else known[-1]
         self.ml.select(key)
+
+    def policy(self, task: Any) -> AlldayWalkerPolicy:
+        self.select_task(task)
         return AlldayWalkerPolicy(self.bundle, self.agent_cfg)
 
     def adapter_params(self) -> int:
@@ -184,6 +190,10 @@ class TuKADKIL(_Method):
 
         m, n = num_experts(self.model)
         set_active(self.model, shared_route(m) if scene is None else scene, shared_route(n) if env is None else env)
+
+    def select_task(self, task: Any) -> None:
+        """The task's own experts (the oracle route the released code evaluates with); unknown parts: shared."""
+        self.activate(*self.expert_of(task))
 
     def policy(self, task: Any) -> AlldayWalkerPolicy:
         return AlldayWalkerPolicy(self.bundle, self.agent_cfg, router=self.router, activator=self.activate)

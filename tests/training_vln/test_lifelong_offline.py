@@ -1,0 +1,125 @@
+"""Offline learning/forgetting matrices of the lifelong benchmark (``training.vln.offline``): teacher-forced token
+accuracy and loss on each task's held-out demonstrations, each method scored with its task's own adapter."""
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL context
+from training.vln.config import VLNTrainConfig  # noqa: E402
+from training.vln.lifelong import LifelongConfig, prepare_data  # noqa: E402
+
+TINY = dict(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128, vision_hidden_size=32,
+            vision_layers=1, vision_heads=2, vision_intermediate_size=64, bpe_vocab_size=400)
+
+
+def _base(tmp_path) -> VLNTrainConfig:
+    return VLNTrainConfig(image_size=32, tiny=TINY, n_scenes=1, episodes_per_scene=1, eval_per_scene=1,
+                          min_distance=1.5, max_distance=3.0, same_room=True, max_steps=12, cache_dir=str(tmp_path),
+                          physical_conditions=False, agent={"num_history": 0, "num_future_steps": 3})
+
+
+def _cfg(base, **kw) -> LifelongConfig:
+    settings = dict(base=base, n_scenes=1, conditions=["normal", "low_light"], n_unseen=0, train_per_task=1,
+                    eval_per_task=2, steps_per_task=8, batch_size=4, fisher_batches=1, lora_rank=2, lr=3e-3,
+                    offline_samples=12)
+    return LifelongConfig(**{**settings, **kw})
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from training.vln.navigator import build_backbone
+
+    tmp = tmp_path_factory.mktemp("offline")
+    base = _base(tmp)
+    build_backbone(base, tmp / "base" / "vlm", ["go to the sofa", "where is the object?"])
+    cfg = _cfg(base)
+    tasks, _ = cfg.tasks()
+    return cfg, tasks, prepare_data(cfg, tasks), tmp / "base"
+
+
+def test_heldout_demonstrations_come_from_the_held_out_episodes(setup) -> None:
+    cfg, tasks, data, _ = setup
+    for t in tasks:
+        d = data[t.index]
+        assert 0 < len(d.heldout) <= cfg.offline_samples
+        train_images = {s.image.tobytes() for s in d.samples}
+        assert not any(s.image.tobytes() in train_images for s in d.heldout)  # other episodes than training's
+        assert all((s.scene, s.env) == (t.scene, t.env) for s in d.heldout)
+    night = next(t for t in tasks if t.condition == "low_light")
+    day = next(t for t in tasks if t.condition == "normal")
+    assert np.mean([s.image.mean() for s in data[night.index].heldout]) < 0.8 * np.mean(
+        [s.image.mean() for s in data[day.index].heldout])  # rendered under the task's condition
+    off = _cfg(cfg.base, offline_samples=0, eval_per_task=1)
+    assert all(not d.heldout for d in prepare_data(off, off.tasks()[0]).values())
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "8"])
+def test_offline_samples_is_checked(bad, tmp_path) -> None:
+    with pytest.raises(ValueError, match="offline_samples"):
+        _cfg(_base(tmp_path), offline_samples=bad)
+
+
+def test_answer_metrics_match_the_models_own_loss_and_rise_with_training(setup) -> None:
+    import torch
+
+    from agents.vlm.bundle import load_vlm
+    from agents.vln.processor_vln import VLNProcessor
+    from training.vln.offline import answer_metrics
+    from training.vln.trainer import Imitation, batch_loss, make_batch
+
+    cfg, tasks, data, base_dir = setup
+    torch.manual_seed(0)
+    bundle = load_vlm(base_dir / "vlm")
+    vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size,
+                         cfg.base.agent_config())
+    samples = data[tasks[0].index].heldout[:6]
+    before = answer_metrics(bundle.model, vproc, samples, batch_size=len(samples))
+    with torch.no_grad():
+        own = float(batch_loss(bundle.model.eval(), make_batch(vproc, samples)))
+    assert before["loss"] == pytest.approx(own, rel=1e-4)  # the same tokens and shift as the model's loss
+    assert 0.0 <= before["token_acc"] <= 1.0
+    split = answer_metrics(bundle.model, vproc, samples, batch_size=4)  # batching does not change the figures
+    assert split["token_acc"] == pytest.approx(before["token_acc"]) and split["loss"] == pytest.approx(
+        before["loss"], rel=1e-4)
+    Imitation(bundle.model, vproc, lr=3e-3, batch_size=6).run(samples, 30)
+    after = answer_metrics(bundle.model, vproc, samples)
+    assert after["loss"] < 0.5 * before["loss"] and after["token_acc"] > before["token_acc"]
+    with pytest.raises(ValueError, match="at least one"):
+        answer_metrics(bundle.model, vproc, [])
+
+
+def test_run_method_scores_each_task_with_its_own_adapter(setup) -> None:
+    from training.vln.lifelong import evaluate_base, run_method
+
+    cfg, tasks, data, base_dir = setup
+    oracle = run_method("oracle_multi_lora", cfg, base_dir, tasks, [], data)["offline"]
+    acc = np.array(oracle["matrices"]["token_acc"], dtype=float)
+    loss = np.array(oracle["matrices"]["loss"], dtype=float)
+    assert np.isnan(acc[0, 1]) and not np.isnan(acc[1]).any()  # tasks not yet learnt are not scored
+    # task 0's own adapter is untouched by task 1: the same figures after task 1 as right after task 0
+    assert loss[1, 0] == pytest.approx(loss[0, 0], rel=1e-6) and acc[1, 0] == acc[0, 0]
+    assert oracle["forgetting"]["token_acc"] in (0.0, None) and oracle["forgetting"]["loss_rise"] == pytest.approx(
+        0.0, abs=1e-5)
+    seq = run_method("seq_lora", cfg, base_dir, tasks, [], data)["offline"]
+    seq_loss = np.array(seq["matrices"]["loss"], dtype=float)
+    assert seq_loss[1, 0] != pytest.approx(seq_loss[0, 0], rel=1e-6)  # one adapter: task 1 moved task 0's figures
+    assert seq["avg"]["loss"] == pytest.approx(float(np.mean(seq_loss[1])))
+    base = evaluate_base(cfg, base_dir, tasks, data)
+    assert all({"token_acc", "loss", "sr"} <= set(base[t.name]) for t in tasks)
+    off = run_method("seq_lora", _cfg(cfg.base, offline_samples=0), base_dir, tasks, [], data)
+    assert off["offline"] is None
+
+
+def test_summarise_forgetting() -> None:
+    from training.vln.offline import summarise
+
+    acc = np.array([[0.8, np.nan], [0.4, 0.9]])
+    loss = np.array([[1.0, np.nan], [1.5, 0.7]])
+    s = summarise({"token_acc": acc, "loss": loss})
+    assert s["forgetting"]["token_acc"] == pytest.approx(0.5)
+    assert s["forgetting"]["loss_rise"] == pytest.approx(0.5)
+    assert s["right_after"]["token_acc"] == [0.8, 0.9] and s["final"]["loss"] == [1.5, 0.7]
+    assert s["avg"]["token_acc"] == pytest.approx(0.65) and not math.isnan(s["avg"]["loss"])
