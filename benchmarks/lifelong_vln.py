@@ -84,6 +84,11 @@ def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: 
                      f"{f(r['avg']['osr'])} | "
                      f"{f(r['forgetting']['sr']['relative'])} | {f(r['forgetting']['sr']['absolute'])} | "
                      f"{f(r['unseen']['sr'])} | {routing_cell(r)} | {r['adapter_params']:,} | {r['seconds']} |")
+    for name, r in results.items():
+        o = r.get("oracle_route")
+        if o:  # a routed method on the same episodes with each task's own experts
+            lines.append(f"| {name}, oracle experts (no routing) | {f(o['avg']['sr'])}{pm(o['final']['sr'])} | "
+                         f"{f(o['avg']['spl'])} | {f(o['avg']['osr'])} | - | - | - | - | {r['adapter_params']:,} | - |")
     refs = {REFERENCE_ROWS.get(k, k).format(n=blind_steps): v for k, v in (references or {}).items()}
     for name, on in refs.items():
         srs = [on[t.name]["sr"] for t in tasks]
@@ -96,6 +101,9 @@ def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: 
               "| method | " + " | ".join(t.name for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
     for name, r in results.items():
         lines.append(f"| {name} | " + " | ".join(f(v) for v in r["final"]["sr"]) + " |")
+        if r.get("oracle_route"):
+            lines.append(f"| {name}, oracle experts | " + " | ".join(f(v) for v in r["oracle_route"]["final"]["sr"])
+                         + " |")
     for name, on in refs.items():
         lines.append(f"| {name} | " + " | ".join(f(on[t.name]["sr"]) for t in tasks) + " |")
     return "\n".join(lines)
@@ -254,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                         "forgetting and the final row need) instead of the whole SR matrix: affords more episodes")
     p.add_argument("--methods", default="seq_lora,ewc_lora,oracle_multi_lora,tuka_dkil",
                    help="comma-separated methods; '' for the reference rows only (base, blind)")
+    p.add_argument("--served-dir", default="runs/vln/alldaywalker_tuka",
+                   help="where TuKA's served checkpoint is written and checked (full mode; one per parallel run)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
     p.add_argument("--out", default=None, help="output directory (default: docs/ in full mode, a temp dir in quick)")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
@@ -310,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="lifelong_vln_")) if a.quick else ROOT / "docs")
     out.mkdir(parents=True, exist_ok=True)
     if not a.quick:
-        served = ROOT / "runs/vln/alldaywalker_tuka"
+        served = ROOT / a.served_dir
     else:
         served = out / "served" if a.out else Path(tempfile.mkdtemp(prefix="alldaywalker_served_"))
     results = {m: run_method(m, cfg, base_dir, tasks, unseen, data, progress=not a.quick, export_dir=served)
@@ -337,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
                "routing_acc": results.get("tuka_dkil", {}).get("routing_acc"),
                "routing_env_acc": results.get("tuka_dkil", {}).get("routing_env_acc"),
+               "oracle_route_sr": {m: r["oracle_route"]["avg"]["sr"] for m, r in results.items() if r["oracle_route"]},
                "served_parity": results.get("tuka_dkil", {}).get("served_parity"),
                "reference_avg_sr": {k: reference_avg(on, tasks) for k, on in references.items()},
                "seconds": round(time.time() - t0, 1), "out": str(out)}

@@ -123,3 +123,35 @@ def test_summarise_forgetting() -> None:
     assert s["forgetting"]["loss_rise"] == pytest.approx(0.5)
     assert s["right_after"]["token_acc"] == [0.8, 0.9] and s["final"]["loss"] == [1.5, 0.7]
     assert s["avg"]["token_acc"] == pytest.approx(0.65) and not math.isnan(s["avg"]["loss"])
+
+
+def test_tuka_is_also_scored_with_its_own_experts_without_routing(setup) -> None:
+    from training.vln.lifelong import run_method
+
+    cfg, tasks, data, base_dir = setup
+    r = run_method("tuka_dkil", cfg, base_dir, tasks, [], data)
+    o = r["oracle_route"]
+    assert set(o["final"]) == {"sr", "spl", "osr"} and all(len(v) == len(tasks) for v in o["final"].values())
+    assert o["avg"]["sr"] == pytest.approx(float(np.mean(o["final"]["sr"])))
+    assert r["offline"]["matrices"]["token_acc"][1][0] is not None
+    assert run_method("seq_lora", cfg, base_dir, tasks, [], data)["oracle_route"] is None
+
+
+def test_tukas_oracle_policy_activates_the_tasks_experts_and_does_not_route(tmp_path) -> None:
+    from agents.vlm.bundle import load_vlm
+    from training.peft.tucker import get_active
+    from training.vln.lifelong import Task
+    from training.vln.methods import METHODS
+    from training.vln.navigator import build_backbone
+
+    base = _base(tmp_path)
+    bundle = load_vlm(build_backbone(base, tmp_path / "b", ["go to the sofa"]))
+    method = METHODS.get("tuka_dkil")(bundle, base.agent_config(), {"lora_rank": 2, "tuka_ranks": (2, 2, 2, 2)})
+    a, b = Task(0, 0, "normal", 0), Task(1, 1, "low_light", 1)
+    for t in (a, b):
+        method.start_task(t)
+    policy = method.oracle_policy(a)
+    assert policy.router is None and get_active(method.model) == (0, 0)
+    method.oracle_policy(b)
+    assert get_active(method.model) == (1, 1)
+    assert method.policy(a).router is method.router  # the benchmark's closed-loop SR still routes

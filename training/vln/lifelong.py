@@ -204,12 +204,13 @@ def prepare_data(cfg: LifelongConfig, tasks: list[Task], progress: bool = False)
 
 
 def evaluate_task(method: Any, cfg: LifelongConfig, data: TaskData, expected_route: tuple[int | None, int | None]
-                  | None = None) -> dict[str, float]:
-    """SR / SPL / OSR (and routing accuracy for routed methods) of ``method`` on the task's held-out episodes."""
+                  | None = None, oracle: bool = False) -> dict[str, float]:
+    """SR / SPL / OSR (and routing accuracy for routed methods) of ``method`` on the task's held-out episodes;
+    ``oracle``: with the task's own adapter/experts, chosen by its true id (no routing)."""
     from sim import metrics
     from sim.nav.evaluate import run_episode
 
-    policy = method.policy(data.task)
+    policy = method.oracle_policy(data.task) if oracle else method.policy(data.task)
     env = make_env(cfg.base, data.task.condition, data.eval_episodes, data.eval_gts)
     rows, routes = [], []
     try:
@@ -330,6 +331,11 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         unseen_m.append(m)
         _add_routing(routing, m)
     final = {key: mats[key][T - 1].tolist() for key in mats}
+    oracle_route = None
+    if method.routed:  # the same episodes with each task's own experts: what routing costs
+        rows = [evaluate_task(method, cfg, data[t.index], oracle=True) for t in tasks]
+        oracle_route = {"final": {k: [r[k] for r in rows] for k in mats}}
+        oracle_route["avg"] = {k: float(np.mean(v)) for k, v in oracle_route["final"].items()}
     parity = None
     if export_dir is not None and method.routed:
         from training.vln.export import export_tuka_navigator, served_parity
@@ -342,6 +348,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         "avg": {k: float(np.mean(v)) for k, v in final.items()},
         "forgetting": {k: forgetting(mats[k]) for k in mats},
         "offline": summarise(offline) if cfg.offline_samples else None,
+        "oracle_route": oracle_route,
         "unseen": {k: (float(np.mean([m[k] for m in unseen_m])) if unseen_m else None) for k in ("sr", "spl", "osr")},
         **{key: (float(np.mean(v)) if v else None) for key, v in routing.items()},
         "adapter_params": int(method.adapter_params()), "seconds": round(time.time() - t0, 1),

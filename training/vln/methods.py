@@ -62,6 +62,10 @@ class _Method:
     def policy(self, task: Any) -> AlldayWalkerPolicy:
         return AlldayWalkerPolicy(self.bundle, self.agent_cfg)
 
+    def oracle_policy(self, task: Any) -> AlldayWalkerPolicy:
+        """The policy for ``task`` given its true id (what ``policy`` is for methods that do not route)."""
+        return self.policy(task)
+
     def adapter_params(self) -> int:
         return sum(p.numel() for n, p in self.model.named_parameters() if "lora_" in n)
 
@@ -197,6 +201,11 @@ class TuKADKIL(_Method):
 
     def policy(self, task: Any) -> AlldayWalkerPolicy:
         return AlldayWalkerPolicy(self.bundle, self.agent_cfg, router=self.router, activator=self.activate)
+
+    def oracle_policy(self, task: Any) -> AlldayWalkerPolicy:
+        """The task's own experts, no routing: separates what the experts hold from what the router picks."""
+        self.select_task(task)
+        return AlldayWalkerPolicy(self.bundle, self.agent_cfg)
 
     def adapter_params(self) -> int:
         from training.peft.tucker import count_adapter_params
