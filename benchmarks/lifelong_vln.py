@@ -115,22 +115,29 @@ def offline_table(results: dict, tasks, references: dict | None = None) -> str:
     rows = {n: r["offline"] for n, r in results.items() if r.get("offline")}
     if not rows:
         return ""
-    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    mean = lambda v: None if v is None else sum(v) / len(v)  # noqa: E731
     f = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
-    lines = ["| method | token acc. right after (mean) | final token acc. | F-acc (rel.) | loss right after | "
-             "final loss | loss rise |", "|" + "---|" * 7]
+    lines = ["| method | token acc. right after (mean) | final | F (rel.) | whole-answer acc. right after | final | "
+             "F (rel.) | loss right after | final | rise |", "|" + "---|" * 10]
     for name, o in rows.items():
-        lines.append(f"| {name} | {f(mean(o['right_after']['token_acc']))} | {f(o['avg']['token_acc'])} | "
-                     f"{f(o['forgetting']['token_acc'])} | {f(mean(o['right_after']['loss']))} | "
-                     f"{f(o['avg']['loss'])} | {f(o['forgetting']['loss_rise'])} |")
+        cells = []
+        for key in ("token_acc", "answer_acc", "loss"):  # reports before answer_acc lack it
+            cells += [f(mean(o["right_after"].get(key))), f(o["avg"].get(key)),
+                      f(o["forgetting"].get("loss_rise" if key == "loss" else key))]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     base = (references or {}).get("base", {})
     if tasks and all("token_acc" in base.get(t.name, {}) for t in tasks):
-        lines.append(f"| {REFERENCE_ROWS['base']} | - | {f(reference_avg(base, tasks, 'token_acc'))} | - | - | "
-                     f"{f(reference_avg(base, tasks, 'loss'))} | - |")
-    lines += ["", "Final token accuracy per task (order of learning):", "",
+        ref = {k: (reference_avg(base, tasks, k) if all(k in base[t.name] for t in tasks) else None)
+               for k in ("token_acc", "answer_acc", "loss")}
+        lines.append(f"| {REFERENCE_ROWS['base']} | - | {f(ref['token_acc'])} | - | - | {f(ref['answer_acc'])} | - | "
+                     f"- | {f(ref['loss'])} | - |")
+    lines += ["", "Token accuracy right after learning each task -> at the end (order of learning):", "",
               "| method | " + " | ".join(t.name for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
     for name, o in rows.items():
-        lines.append(f"| {name} | " + " | ".join(f(v) for v in o["final"]["token_acc"]) + " |")
+        pairs = zip(o["right_after"]["token_acc"], o["final"]["token_acc"])
+        lines.append(f"| {name} | " + " | ".join(f"{f(a)} -> {f(b)}" for a, b in pairs) + " |")
+    if all("token_acc" in base.get(t.name, {}) for t in tasks):
+        lines.append(f"| {REFERENCE_ROWS['base']} | " + " | ".join(f(base[t.name]["token_acc"]) for t in tasks) + " |")
     return "\n".join(lines)
 
 

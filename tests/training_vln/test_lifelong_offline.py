@@ -87,6 +87,10 @@ def test_answer_metrics_match_the_models_own_loss_and_rise_with_training(setup) 
     Imitation(bundle.model, vproc, lr=3e-3, batch_size=6).run(samples, 30)
     after = answer_metrics(bundle.model, vproc, samples)
     assert after["loss"] < 0.5 * before["loss"] and after["token_acc"] > before["token_acc"]
+    assert after["answer_acc"] > before["answer_acc"]
+    # a whole answer counts when every one of its tokens is right, whatever the padding of its batch
+    singles = [answer_metrics(bundle.model, vproc, [s])["token_acc"] == 1.0 for s in samples]
+    assert after["answer_acc"] == pytest.approx(np.mean(singles)) and 0 < after["answer_acc"] < 1
     with pytest.raises(ValueError, match="at least one"):
         answer_metrics(bundle.model, vproc, [])
 
@@ -119,7 +123,7 @@ def test_summarise_forgetting() -> None:
     acc = np.array([[0.8, np.nan], [0.4, 0.9]])
     loss = np.array([[1.0, np.nan], [1.5, 0.7]])
     s = summarise({"token_acc": acc, "loss": loss})
-    assert s["forgetting"]["token_acc"] == pytest.approx(0.5)
+    assert s["forgetting"]["token_acc"] == pytest.approx(0.5) and "answer_acc" not in s["forgetting"]
     assert s["forgetting"]["loss_rise"] == pytest.approx(0.5)
     assert s["right_after"]["token_acc"] == [0.8, 0.9] and s["final"]["loss"] == [1.5, 0.7]
     assert s["avg"]["token_acc"] == pytest.approx(0.65) and not math.isnan(s["avg"]["loss"])

@@ -19,12 +19,13 @@ from training.vln.data import Sample
 from training.vln.trainer import make_batch
 
 #: the offline metrics, each a (T x T) matrix after every task
-OFFLINE_KEYS = ("token_acc", "loss")
+OFFLINE_KEYS = ("token_acc", "answer_acc", "loss")
 
 
 def answer_metrics(model: Any, vproc: Any, samples: Sequence[Sample], batch_size: int = 16) -> dict[str, float]:
-    """Teacher-forced ``loss`` (mean per answer token) and ``token_acc`` (share of answer tokens that are the
-    model's argmax) of ``model`` on ``samples``: the tokens that carry labels, the answer and its EOS."""
+    """Teacher-forced ``loss`` (mean per answer token), ``token_acc`` (share of answer tokens that are the model's
+    argmax) and ``answer_acc`` (share of samples whose every answer token is: the whole answer, goal place and
+    actions, as greedy decoding would write it) of ``model`` on ``samples``; answer = the labelled tokens, with EOS."""
     import torch
     import torch.nn.functional as F
 
@@ -36,7 +37,7 @@ def answer_metrics(model: Any, vproc: Any, samples: Sequence[Sample], batch_size
     dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
     was_training = model.training
     model.eval()
-    nll, right, n = 0.0, 0, 0
+    nll, right, n, exact = 0.0, 0, 0, 0
     try:
         with torch.no_grad():
             for i in range(0, len(samples), batch_size):
@@ -49,13 +50,15 @@ def answer_metrics(model: Any, vproc: Any, samples: Sequence[Sample], batch_size
                 pred, gold = logits[:, :-1], labels[:, 1:]  # position i predicts token i + 1
                 keep = gold != -100
                 nll += float(F.cross_entropy(pred[keep], gold[keep], reduction="sum"))
-                right += int((pred.argmax(-1)[keep] == gold[keep]).sum())
+                hit = (pred.argmax(-1) == gold) | ~keep
+                right += int(hit[keep].sum())
+                exact += int(hit.all(-1).sum())
                 n += int(keep.sum())
     finally:
         model.train(was_training)
     if n == 0:
         raise ValueError("the samples carry no labelled answer tokens")
-    return {"loss": nll / n, "token_acc": right / n}
+    return {"loss": nll / n, "token_acc": right / n, "answer_acc": exact / len(samples)}
 
 
 def subsample(samples: Sequence[Sample], limit: int, seed: int = 0) -> list[Sample]:
@@ -73,17 +76,18 @@ def offline_matrices(n_tasks: int) -> dict[str, np.ndarray]:
 
 def summarise(mats: dict[str, np.ndarray]) -> dict[str, Any]:
     """The offline part of a method's report: matrices, the accuracy right after each task and at the end, the
-    final means, the relative forgetting of the token accuracy (``lifelong.forgetting``'s rule) and the mean rise
-    of the loss from right after each task to the end."""
+    final means, the relative forgetting of each accuracy (``lifelong.forgetting``'s rule) and the mean rise of the
+    loss from right after each task to the end."""
     from training.vln.lifelong import forgetting
 
-    acc, loss = mats["token_acc"], mats["loss"]
-    T = acc.shape[0]
+    loss = mats["loss"]
+    T = loss.shape[0]
     rise = [float(loss[T - 1, t] - loss[t, t]) for t in range(T - 1)]
+    lost = {k: forgetting(v)["relative"] for k, v in mats.items() if k != "loss"}
     return {
         "matrices": {k: v.tolist() for k, v in mats.items()},
         "right_after": {k: np.diag(v).tolist() for k, v in mats.items()},
         "final": {k: v[T - 1].tolist() for k, v in mats.items()},
         "avg": {k: float(np.mean(v[T - 1])) for k, v in mats.items()},
-        "forgetting": {"token_acc": forgetting(acc)["relative"], "loss_rise": float(np.mean(rise)) if rise else None},
+        "forgetting": {**lost, "loss_rise": float(np.mean(rise)) if rise else None},
     }
