@@ -197,3 +197,30 @@ def test_tuka_ranks_flag_is_parsed_and_checked() -> None:
     for bad in ("8,8,4", "8,8,4,0", "8,8,x,4", ""):
         with pytest.raises(SystemExit):
             bench._ranks(p, bad)
+
+
+def test_report_has_oracle_expert_rows_and_the_offline_table() -> None:
+    import numpy as np
+
+    from training.vln.offline import summarise
+
+    tasks = [_T("S0-normal"), _T("S0-low_light")]
+    tuka = _result([0.0, 0.5])
+    tuka["oracle_route"] = {"final": {"sr": [0.25, 0.75]}, "avg": {"sr": 0.5, "spl": 0.25, "osr": 0.5}}
+    nan = float("nan")
+    tuka["offline"] = summarise({"token_acc": np.array([[0.8, nan], [0.6, 0.9]]),
+                                 "answer_acc": np.array([[0.4, nan], [0.2, 0.5]]),
+                                 "loss": np.array([[0.5, nan], [0.9, 0.4]])})
+    refs = {"base": {"S0-normal": {"sr": 0.5, "spl": 0.2, "osr": 0.5, "token_acc": 0.7, "answer_acc": 0.3, "loss": 0.6},
+                     "S0-low_light": {"sr": 0.0, "spl": 0.0, "osr": 0.0, "token_acc": 0.5, "answer_acc": 0.1,
+                                      "loss": 0.8}}}
+    md = bench.report_md({"tuka_dkil": tuka, "seq_lora": _result([0.5, 0.5])}, tasks, [], refs, 4, 6)
+    lines = md.splitlines()
+    assert any(x.startswith("| tuka_dkil, oracle experts (no routing) | 0.50 ± ") for x in lines)
+    assert "| tuka_dkil, oracle experts | 0.25 | 0.75 |" in lines
+    offline = next(x for x in lines if x.startswith("| tuka_dkil | 0.850 |")).split(" | ")
+    # token acc. right after 0.85, final 0.75, F 0.25; whole answers 0.45, 0.35, 0.5; loss 0.45, 0.65, rise 0.4
+    assert offline[1:] == ["0.850", "0.750", "0.250", "0.450", "0.350", "0.500", "0.450", "0.650", "0.400 |"]
+    assert "| base, no adaptation | - | 0.600 | - | - | 0.200 | - | - | 0.700 | - |" in lines
+    assert "| tuka_dkil | 0.800 -> 0.600 | 0.900 -> 0.900 |" in lines
+    assert not any(x.startswith("| seq_lora | 0.") and "->" in x for x in lines)  # no offline figures, no row
