@@ -255,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="TuKA's Tucker ranks: shared output/input (r1, r2), scene (r3) and environment (r4) experts")
     p.add_argument("--dkil-ewc", type=float, default=0.2,
                    help="TuKA: weight of DKIL's EWC term on the shared factors G/U1/U2 (default 0.2, the paper's)")
+    p.add_argument("--dkil-anchor-reused", action="store_true",
+                   help="TuKA: DKIL's consistency term also holds an expert row an earlier task learned when a new "
+                        "task reuses it (e.g. the night expert for a second building's night); default: it is free")
     p.add_argument("--cotrain", type=float, default=0.0, metavar="F",
                    help="fraction of every adaptation batch that is scene questions about the task's own frames, "
                         "under its condition (the base navigator's data mix); 0: imitation only (the paper's)")
@@ -307,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
                              methods=methods, full_matrix=not a.diagonal_only,
                              ewc_lambda=a.ewc_lambda, dkil_w_ewc=a.dkil_ewc,
+                             dkil_anchor_reused=a.dkil_anchor_reused,
                              tuka_ranks=_ranks(p, a.tuka_ranks), adapt_projector=a.adapt_projector,
                              cotrain=a.cotrain, offline_samples=a.offline_samples)
     base_dir, base_result = base_navigator(base, progress=not a.quick)

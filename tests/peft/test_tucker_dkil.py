@@ -165,6 +165,14 @@ def test_consistency_penalises_old_rows_only(make_base, ids) -> None:
             layer.lora_env["default"][0] += 5.0  # active env row: free
     n_layers = len(list(iter_tuka(model)))
     assert float(dkil.terms()["co"]) == pytest.approx(n_layers * 3 * 0.1**2, rel=1e-4)
+    # anchor_reused: the active env row 0 (r4 = 2) was learned by task 1, so it is held too; the new scene row is not
+    dkil.config.anchor_reused = True
+    assert float(dkil.terms()["co"]) == pytest.approx(n_layers * (3 * 0.1**2 + 2 * 5.0**2), rel=1e-4)
+
+
+def test_anchor_reused_is_validated() -> None:
+    with pytest.raises(ValueError, match="anchor_reused"):
+        DKILConfig(anchor_reused=1)
 
 
 def test_separability_nonzero_and_pushes_new_row_away(make_base, ids) -> None:

@@ -93,3 +93,9 @@ def test_dkil_ewc_weight_reaches_tukas_penalty(tmp_path) -> None:
     for bad in (-0.1, float("nan"), True, "0.2"):
         with pytest.raises(ValueError, match="dkil_w_ewc"):
             LifelongConfig(base=base, dkil_w_ewc=bad)
+    assert not method.penalty.config.anchor_reused
+    held = LifelongConfig(base=base, tuka_ranks=(4, 4, 2, 2), dkil_anchor_reused=True)
+    bundle = load_vlm(build_backbone(base, tmp_path / "c", ["go to the sofa"]))
+    assert METHODS.get("tuka_dkil")(bundle, held.agent_config(), held.settings()).penalty.config.anchor_reused
+    with pytest.raises(ValueError, match="anchor_reused"):
+        LifelongConfig(base=base, dkil_anchor_reused="yes")

@@ -49,7 +49,8 @@ class LifelongConfig:
 
     ``full_matrix``: evaluate every learnt task after each task (the SR matrix), else only the task just learnt and,
     after the last one, all of them. ``blind_forward_steps``: N of the blind reference (forward N times, then stop).
-    ``dkil_w_ewc``: TuKA's weight of the EWC term on its shared factors (DKIL's default 0.2).
+    ``dkil_w_ewc``: TuKA's weight of the EWC term on its shared factors (DKIL's default 0.2); ``dkil_anchor_reused``:
+    DKIL's consistency term also holds an expert row an earlier task learned when a new task reuses it.
     ``cotrain``: the fraction of every adaptation batch that is scene questions ("where is the <object>?") about
     the task's own training frames, under its condition, answered from segmentation: the base navigator's data mix
     when it was co-trained on them (0: imitation only, the paper's protocol).
@@ -72,6 +73,7 @@ class LifelongConfig:
     tuka_ranks: tuple[int, int, int, int] = (8, 8, 4, 4)
     ewc_lambda: float = 1e7
     dkil_w_ewc: float = 0.2
+    dkil_anchor_reused: bool = False
     fisher_batches: int = 4
     methods: list[str] = field(default_factory=lambda: ["seq_lora", "ewc_lora", "oracle_multi_lora", "tuka_dkil"])
     full_matrix: bool = True
@@ -106,10 +108,10 @@ class LifelongConfig:
             METHODS.get(m)  # KeyError listing the known methods
         from training.peft.tucker import DKILConfig
 
-        try:  # DKIL's own check of its weights
-            DKILConfig(w_ewc=self.dkil_w_ewc)
+        try:  # DKIL's own check of its settings
+            DKILConfig(w_ewc=self.dkil_w_ewc, anchor_reused=self.dkil_anchor_reused)
         except ValueError as exc:
-            raise ValueError(f"dkil_w_ewc: {exc}") from exc
+            raise ValueError(f"dkil_w_ewc / dkil_anchor_reused: {exc}") from exc
         if not isinstance(self.adapt_projector, bool):
             raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
         check_numbers(self, {"cotrain": (0.0, 0.9)}, "LifelongConfig.")  # SceneGroundingConfig.cotrain's range
@@ -137,7 +139,7 @@ class LifelongConfig:
 
     def settings(self) -> dict[str, Any]:
         return {"lora_rank": self.lora_rank, "tuka_ranks": tuple(self.tuka_ranks), "ewc_lambda": self.ewc_lambda,
-                "dkil_w_ewc": self.dkil_w_ewc,
+                "dkil_w_ewc": self.dkil_w_ewc, "dkil_anchor_reused": self.dkil_anchor_reused,
                 "adapt_projector": self.adapt_projector}
 
     def agent_config(self) -> VLNAgentConfig:

@@ -161,7 +161,8 @@ class TuKADKIL(_Method):
                          target_modules=adapter_targets(bundle.family, settings.get("adapt_projector", False)),
                          num_scenes=1, num_envs=1)
         bundle.model = apply_tuka(bundle.model, cfg)
-        self.penalty = DKIL(bundle.model, DKILConfig(w_ewc=float(settings.get("dkil_w_ewc", DKILConfig.w_ewc))))
+        self.penalty = DKIL(bundle.model, DKILConfig(w_ewc=float(settings.get("dkil_w_ewc", DKILConfig.w_ewc)),
+                                                     anchor_reused=bool(settings.get("dkil_anchor_reused", False))))
         self.router = PrototypeRouter()
         self.scene_ids: dict[int, int] = {}  # task scene index -> expert row
         self.env_ids: dict[int, int] = {}

@@ -8,7 +8,8 @@ lambda = 1 - (lambda1 + lambda2 + lambda3)):
   task as ``F <- omega F + (1 - omega) F_new`` (omega 0.95; the first task sets ``F = F_new``); by default each
   tensor's F is divided by its mean in the penalty (``DKILConfig.fisher_norm``);
 - ``L_co = sum ||U3[s'] - U3*[s']||^2 + sum ||U4[e'] - U4*[e']||^2`` over the rows of experts learned in earlier
-  tasks, except the rows the current task trains;
+  tasks, except the rows the current task trains (``anchor_reused``: those too when an earlier task learned them,
+  e.g. the night expert when a second building's night arrives: refined, not overwritten);
 - ``L_es = sum_{s' learned, s' != s} (u3[s] . u3[s'])^2 + (same for U4)`` on unit-normalised rows, the old
   rows detached: the paper's intent (new row orthogonal to old ones). The released code's version is
   identically zero (it only looks at the single active row);
@@ -55,6 +56,9 @@ class DKILConfig:
     # EWC_LAMBDA 5000 instead); "none" is the literal formula; "max" divides by the max.
     fisher_norm: str = "mean"
     mask_gradients: bool = True
+    # The paper's "sum over old experts" read as: also an active row that an earlier task learned (an ablation; the
+    # default leaves the active rows free, as the released code's masks do).
+    anchor_reused: bool = False
 
     def __post_init__(self) -> None:
         for name in ("w_nav", "w_ewc", "w_co", "w_es"):
@@ -67,6 +71,9 @@ class DKILConfig:
             raise ValueError(f"DKILConfig.omega must be in [0, 1), got {self.omega}")
         if not isinstance(self.fisher_max_batches, int) or self.fisher_max_batches < 1:
             raise ValueError(f"DKILConfig.fisher_max_batches must be a positive int, got {self.fisher_max_batches}")
+        for name in ("mask_gradients", "anchor_reused"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"DKILConfig.{name} must be a bool, got {getattr(self, name)!r}")
         if self.fisher_norm not in FISHER_NORMS:
             raise ValueError(f"DKILConfig.fisher_norm must be one of {FISHER_NORMS}, got {self.fisher_norm!r}")
 
@@ -200,9 +207,10 @@ class DKIL:
             for role, active in (("U3", self._active(0)), ("U4", self._active(1))):
                 u = f[role].float()
                 old = sorted(i for i in self.seen[role] if i != active and i < u.shape[0])
+                kept = old + ([active] if self.config.anchor_reused and active in self.seen[role] else [])
                 ref = self.expert_anchor.get(f"{ln}.{role}")
-                if old and ref is not None:
-                    co = co + ((u[old] - ref[old].to(u)) ** 2).sum()
+                if kept and ref is not None:
+                    co = co + ((u[kept] - ref[kept].to(u)) ** 2).sum()
                 if old and active is not None:
                     new = u[active] / u[active].norm().clamp_min(1e-12)
                     olds = u[old].detach()
