@@ -6,23 +6,13 @@ import pytest
 
 pytest.importorskip("torch")
 import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL context
-from training.vln.config import VLNTrainConfig  # noqa: E402
 from training.vln.lifelong import LifelongConfig, prepare_data  # noqa: E402
 
-TINY = dict(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128, vision_hidden_size=32,
-            vision_layers=1, vision_heads=2, vision_intermediate_size=64, bpe_vocab_size=400)
 
-
-def _base(tmp_path) -> VLNTrainConfig:
-    return VLNTrainConfig(image_size=32, tiny=TINY, n_scenes=1, episodes_per_scene=1, eval_per_scene=1,
-                          min_distance=1.5, max_distance=3.0, same_room=True, max_steps=12, cache_dir=str(tmp_path),
-                          physical_conditions=False, agent={"num_history": 0, "num_future_steps": 3})
-
-
-def test_questions_are_about_the_tasks_own_frames_under_its_condition(tmp_path) -> None:
+def test_questions_are_about_the_tasks_own_frames_under_its_condition(tmp_path, lifelong_base) -> None:
     from training.vln.scene_grounding import ANSWERS
 
-    cfg = LifelongConfig(base=_base(tmp_path), n_scenes=1, conditions=["normal", "low_light"], n_unseen=0,
+    cfg = LifelongConfig(base=lifelong_base(tmp_path), n_scenes=1, conditions=["normal", "low_light"], n_unseen=0,
                          train_per_task=2, eval_per_task=1, cotrain=0.3)
     tasks, _ = cfg.tasks()
     data = prepare_data(cfg, tasks)
@@ -44,16 +34,16 @@ def test_questions_are_about_the_tasks_own_frames_under_its_condition(tmp_path) 
 
 
 @pytest.mark.parametrize("bad", [-0.1, 0.95, True, "0.3", float("nan")])
-def test_cotrain_fraction_is_checked(bad, tmp_path) -> None:
+def test_cotrain_fraction_is_checked(bad, tmp_path, lifelong_base) -> None:
     with pytest.raises(ValueError, match="cotrain"):
-        LifelongConfig(base=_base(tmp_path), n_scenes=1, n_unseen=0, cotrain=bad)
+        LifelongConfig(base=lifelong_base(tmp_path), n_scenes=1, n_unseen=0, cotrain=bad)
 
 
-def test_every_method_trains_on_the_questions(tmp_path, monkeypatch) -> None:
+def test_every_method_trains_on_the_questions(tmp_path, monkeypatch, lifelong_base) -> None:
     from training.vln import lifelong
     from training.vln.navigator import build_backbone
 
-    base = _base(tmp_path)
+    base = lifelong_base(tmp_path)
     build_backbone(base, tmp_path / "base" / "vlm", ["go to the sofa", "where is the object?"])
     cfg = LifelongConfig(base=base, n_scenes=1, conditions=["normal", "low_light"], n_unseen=0, train_per_task=1,
                          eval_per_task=1, steps_per_task=1, batch_size=4, fisher_batches=1, lora_rank=2,

@@ -7,18 +7,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
+
 import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL context
-from training.vln.config import VLNTrainConfig  # noqa: E402
 from training.vln.lifelong import LifelongConfig, prepare_data  # noqa: E402
-
-TINY = dict(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128, vision_hidden_size=32,
-            vision_layers=1, vision_heads=2, vision_intermediate_size=64, bpe_vocab_size=400)
-
-
-def _base(tmp_path) -> VLNTrainConfig:
-    return VLNTrainConfig(image_size=32, tiny=TINY, n_scenes=1, episodes_per_scene=1, eval_per_scene=1,
-                          min_distance=1.5, max_distance=3.0, same_room=True, max_steps=12, cache_dir=str(tmp_path),
-                          physical_conditions=False, agent={"num_history": 0, "num_future_steps": 3})
 
 
 def _cfg(base, **kw) -> LifelongConfig:
@@ -29,11 +20,11 @@ def _cfg(base, **kw) -> LifelongConfig:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, lifelong_base):
     from training.vln.navigator import build_backbone
 
     tmp = tmp_path_factory.mktemp("offline")
-    base = _base(tmp)
+    base = lifelong_base(tmp)
     build_backbone(base, tmp / "base" / "vlm", ["go to the sofa", "where is the object?"])
     cfg = _cfg(base)
     tasks, _ = cfg.tasks()
@@ -57,9 +48,9 @@ def test_heldout_demonstrations_come_from_the_held_out_episodes(setup) -> None:
 
 
 @pytest.mark.parametrize("bad", [-1, 2.5, True, "8"])
-def test_offline_samples_is_checked(bad, tmp_path) -> None:
+def test_offline_samples_is_checked(bad, tmp_path, lifelong_base) -> None:
     with pytest.raises(ValueError, match="offline_samples"):
-        _cfg(_base(tmp_path), offline_samples=bad)
+        _cfg(lifelong_base(tmp_path), offline_samples=bad)
 
 
 def test_answer_metrics_match_the_models_own_loss_and_rise_with_training(setup) -> None:
@@ -141,14 +132,14 @@ def test_tuka_is_also_scored_with_its_own_experts_without_routing(setup) -> None
     assert run_method("seq_lora", cfg, base_dir, tasks, [], data)["oracle_route"] is None
 
 
-def test_tukas_oracle_policy_activates_the_tasks_experts_and_does_not_route(tmp_path) -> None:
+def test_tukas_oracle_policy_activates_the_tasks_experts_and_does_not_route(tmp_path, lifelong_base) -> None:
     from agents.vlm.bundle import load_vlm
     from training.peft.tucker import get_active
     from training.vln.lifelong import Task
     from training.vln.methods import METHODS
     from training.vln.navigator import build_backbone
 
-    base = _base(tmp_path)
+    base = lifelong_base(tmp_path)
     bundle = load_vlm(build_backbone(base, tmp_path / "b", ["go to the sofa"]))
     method = METHODS.get("tuka_dkil")(bundle, base.agent_config(), {"lora_rank": 2, "tuka_ranks": (2, 2, 2, 2)})
     a, b = Task(0, 0, "normal", 0), Task(1, 1, "low_light", 1)
