@@ -126,7 +126,8 @@ def offline_table(results: dict, tasks, references: dict | None = None) -> str:
                       f(o["forgetting"].get("loss_rise" if key == "loss" else key))]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     base = (references or {}).get("base", {})
-    if tasks and all("token_acc" in base.get(t.name, {}) for t in tasks):
+    has_base = bool(tasks) and all("token_acc" in base.get(t.name, {}) for t in tasks)
+    if has_base:
         ref = {k: (reference_avg(base, tasks, k) if all(k in base[t.name] for t in tasks) else None)
                for k in ("token_acc", "answer_acc", "loss")}
         lines.append(f"| {REFERENCE_ROWS['base']} | - | {f(ref['token_acc'])} | - | - | {f(ref['answer_acc'])} | - | "
@@ -136,7 +137,7 @@ def offline_table(results: dict, tasks, references: dict | None = None) -> str:
     for name, o in rows.items():
         pairs = zip(o["right_after"]["token_acc"], o["final"]["token_acc"])
         lines.append(f"| {name} | " + " | ".join(f"{f(a)} -> {f(b)}" for a, b in pairs) + " |")
-    if all("token_acc" in base.get(t.name, {}) for t in tasks):
+    if has_base:
         lines.append(f"| {REFERENCE_ROWS['base']} | " + " | ".join(f(base[t.name]["token_acc"]) for t in tasks) + " |")
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from training.vln.data import Sample
-from training.vln.trainer import make_batch
+from training.vln.trainer import make_batch, model_inputs
 
 #: the offline metrics, each a (T x T) matrix after every task
 OFFLINE_KEYS = ("token_acc", "answer_acc", "loss")
@@ -33,19 +33,14 @@ def answer_metrics(model: Any, vproc: Any, samples: Sequence[Sample], batch_size
         raise ValueError("answer_metrics needs at least one sample")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    dev = next(model.parameters()).device
-    dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
     was_training = model.training
     model.eval()
     nll, right, n, exact = 0.0, 0, 0, 0
     try:
         with torch.no_grad():
             for i in range(0, len(samples), batch_size):
-                batch = make_batch(vproc, samples[i:i + batch_size])
-                labels = batch.pop("labels").to(dev)
-                inputs = {k: (v.to(dev) if hasattr(v, "to") else v) for k, v in batch.items()}
-                if "pixel_values" in inputs:
-                    inputs["pixel_values"] = inputs["pixel_values"].to(dtype)
+                inputs = model_inputs(model, make_batch(vproc, samples[i:i + batch_size]))
+                labels = inputs.pop("labels")
                 logits = model(**inputs).logits[:, -labels.shape[1]:].float()
                 pred, gold = logits[:, :-1], labels[:, 1:]  # position i predicts token i + 1
                 keep = gold != -100
@@ -76,18 +71,17 @@ def offline_matrices(n_tasks: int) -> dict[str, np.ndarray]:
 
 def summarise(mats: dict[str, np.ndarray]) -> dict[str, Any]:
     """The offline part of a method's report: matrices, the accuracy right after each task and at the end, the
-    final means, the relative forgetting of each accuracy (``lifelong.forgetting``'s rule) and the mean rise of the
-    loss from right after each task to the end."""
+    final means, the relative forgetting of each accuracy (``lifelong.forgetting``) and the mean rise of the loss from
+    right after each task to the end (its absolute forgetting, negated)."""
     from training.vln.lifelong import forgetting
 
-    loss = mats["loss"]
-    T = loss.shape[0]
-    rise = [float(loss[T - 1, t] - loss[t, t]) for t in range(T - 1)]
+    T = mats["loss"].shape[0]
+    drop = forgetting(mats["loss"])["absolute"]
     lost = {k: forgetting(v)["relative"] for k, v in mats.items() if k != "loss"}
     return {
         "matrices": {k: v.tolist() for k, v in mats.items()},
         "right_after": {k: np.diag(v).tolist() for k, v in mats.items()},
         "final": {k: v[T - 1].tolist() for k, v in mats.items()},
         "avg": {k: float(np.mean(v[T - 1])) for k, v in mats.items()},
-        "forgetting": {**lost, "loss_rise": float(np.mean(rise)) if rise else None},
+        "forgetting": {**lost, "loss_rise": None if drop is None else 0.0 - drop},  # 0.0 - : no "-0.000" cells
     }

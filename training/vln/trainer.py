@@ -29,13 +29,18 @@ def make_batch(vproc: VLNProcessor, samples: Sequence[Sample], bundle: Any = Non
                                  [s.target for s in samples], bundle)
 
 
-def batch_loss(model: Any, batch: dict[str, Any]) -> Any:
+def model_inputs(model: Any, batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch`` on the model's device, pixel values in its floating dtype."""
     dev = next(model.parameters()).device
     dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
     inputs = {k: (v.to(dev) if hasattr(v, "to") else v) for k, v in batch.items()}
     if "pixel_values" in inputs:
         inputs["pixel_values"] = inputs["pixel_values"].to(dtype)
-    return model(**inputs).loss
+    return inputs
+
+
+def batch_loss(model: Any, batch: dict[str, Any]) -> Any:
+    return model(**model_inputs(model, batch)).loss
 
 
 class Imitation:
