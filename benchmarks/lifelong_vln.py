@@ -185,6 +185,14 @@ def _references(report: dict) -> dict:
     return refs
 
 
+def _with_defaults(config: dict) -> dict:
+    """A report's config with the LifelongConfig fields it predates filled in with their defaults."""
+    from training.vln.lifelong import LifelongConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(LifelongConfig) if f.default is not dataclasses.MISSING}
+    return {**defaults, **config}
+
+
 def merge(paths: list[str], out: Path) -> int:
     """Combine runs of the same sequence that trained different methods (e.g. two processes)."""
     from agents.core.config import differing_keys
@@ -198,7 +206,7 @@ def merge(paths: list[str], out: Path) -> int:
         for key in ("success_distance", "physical_conditions"):
             if r.get(key, True) != first.get(key, True):
                 raise ValueError(f"{path}: runs to merge must share {key}: {first.get(key)} against {r.get(key)}")
-        diff = differing_keys(first["config"], r["config"], ignore=("methods",))
+        diff = differing_keys(_with_defaults(first["config"]), _with_defaults(r["config"]), ignore=("methods",))
         if diff:  # e.g. steps_per_task, lr, the base navigator's settings: the methods would not be comparable
             raise ValueError(f"{path}: runs to merge must share their settings (all but methods); they differ in "
                              f"{', '.join(diff)}")
@@ -259,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dkil-anchor-reused", action="store_true",
                    help="TuKA: DKIL's consistency term also holds an expert row an earlier task learned when a new "
                         "task reuses it (e.g. the night expert for a second building's night); default: it is free")
+    p.add_argument("--dkil-core-fisher", choices=("diagonal", "pair"), default="diagonal",
+                   help="TuKA: DKIL's EWC on the core G: 'diagonal' (the paper's, G's own coordinates) or 'pair' "
+                        "(each learned (scene, env) pair's contraction G x3 U3[s] x4 U4[e], through the live rows)")
     p.add_argument("--cotrain", type=float, default=0.0, metavar="F",
                    help="fraction of every adaptation batch that is scene questions about the task's own frames, "
                         "under its condition (the base navigator's data mix); 0: imitation only (the paper's)")
@@ -303,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                              train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4, fisher_batches=1,
                              lora_rank=4, tuka_ranks=(4, 4, 2, 2), methods=methods, full_matrix=False,
                              adapt_projector=a.adapt_projector, cotrain=a.cotrain,
-                             offline_samples=min(a.offline_samples, 16))
+                             offline_samples=min(a.offline_samples, 16), dkil_w_ewc=a.dkil_ewc,
+                             dkil_anchor_reused=a.dkil_anchor_reused, dkil_core_fisher=a.dkil_core_fisher)
     else:
         base = VLNTrainConfig.from_yaml(a.base_config)
         cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
@@ -311,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
                              methods=methods, full_matrix=not a.diagonal_only,
                              ewc_lambda=a.ewc_lambda, dkil_w_ewc=a.dkil_ewc,
-                             dkil_anchor_reused=a.dkil_anchor_reused,
+                             dkil_anchor_reused=a.dkil_anchor_reused, dkil_core_fisher=a.dkil_core_fisher,
                              tuka_ranks=_ranks(p, a.tuka_ranks), adapt_projector=a.adapt_projector,
                              cotrain=a.cotrain, offline_samples=a.offline_samples)
     base_dir, base_result = base_navigator(base, progress=not a.quick)

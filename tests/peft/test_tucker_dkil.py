@@ -8,27 +8,13 @@ import torch
 from training.peft.tucker import (
     DKIL,
     DKILConfig,
-    TuKAConfig,
     add_scene,
-    apply_tuka,
     estimate_fisher,
     get_active,
     iter_tuka,
 )
 
 TARGETS = ["q_proj", "v_proj"]
-
-
-def _model(make_base, **kw):
-    cfg = dict(r1=4, r2=4, r3=3, r4=2, alpha=8.0, target_modules=TARGETS, num_scenes=3, num_envs=2)
-    cfg.update(kw)
-    model = apply_tuka(make_base(), TuKAConfig(**cfg))
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for _, layer in iter_tuka(model):
-            for p in (layer.lora_scene["default"], layer.lora_env["default"]):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
 
 
 def _nav_batches(ids, n=2):
@@ -52,8 +38,8 @@ def test_config_validation() -> None:
     assert (c.w_nav, c.w_ewc, c.w_co, c.w_es, c.omega, c.fisher_norm) == (0.5, 0.2, 0.2, 0.1, 0.95, "mean")
 
 
-def test_first_task_penalty_zero_and_combine_weights(make_base, ids) -> None:
-    model = _model(make_base)
+def test_first_task_penalty_zero_and_combine_weights(tuka_model, ids) -> None:
+    model = tuka_model()
     dkil = DKIL(model)
     dkil.before_task((1, 0))
     assert get_active(model) == (1, 0)
@@ -65,12 +51,12 @@ def test_first_task_penalty_zero_and_combine_weights(make_base, ids) -> None:
     with pytest.raises(ValueError, match="pair of ints"):
         dkil.before_task(3)
     with pytest.raises(ValueError, match="different model"):
-        dkil.penalty(_model(make_base))
+        dkil.penalty(tuka_model())
 
 
 @pytest.mark.parametrize("norm", ["none", "mean"])
-def test_ewc_zero_at_anchor_then_matches_hand_formula(make_base, ids, norm) -> None:
-    model = _model(make_base)
+def test_ewc_zero_at_anchor_then_matches_hand_formula(tuka_model, ids, norm) -> None:
+    model = tuka_model()
     dkil = DKIL(model, DKILConfig(fisher_norm=norm))
     dkil.before_task((0, 0))
     _finish(dkil, ids)
@@ -93,8 +79,8 @@ def test_ewc_zero_at_anchor_then_matches_hand_formula(make_base, ids, norm) -> N
     assert float(dkil.terms()["ewc"]) > float(got)
 
 
-def test_online_fisher_ema_matches_hand_computation(make_base) -> None:
-    model = _model(make_base)
+def test_online_fisher_ema_matches_hand_computation(tuka_model) -> None:
+    model = tuka_model()
     dkil = DKIL(model)
     keys = list(dkil.shared_params())
     # loss = sum_k <c_b,k , theta_k>: its gradient is c_b, so the per-task Fisher is mean_b c_b^2
@@ -121,8 +107,8 @@ def test_online_fisher_ema_matches_hand_computation(make_base) -> None:
 
 
 @pytest.mark.parametrize("opt_name", ["adam", "sgd_momentum", "adamw_decay_restore", "adamw_decay"])
-def test_gradient_masking_keeps_inactive_rows_through_steps(make_base, ids, opt_name) -> None:
-    model = _model(make_base)
+def test_gradient_masking_keeps_inactive_rows_through_steps(tuka_model, ids, opt_name) -> None:
+    model = tuka_model()
     dkil = DKIL(model)
     dkil.before_task((0, 1))
     _finish(dkil, ids)
@@ -150,8 +136,8 @@ def test_gradient_masking_keeps_inactive_rows_through_steps(make_base, ids, opt_
         assert not torch.equal(f["G"], before[name]["G"])  # shared parts do train
 
 
-def test_consistency_penalises_old_rows_only(make_base, ids) -> None:
-    model = _model(make_base)
+def test_consistency_penalises_old_rows_only(tuka_model, ids) -> None:
+    model = tuka_model()
     dkil = DKIL(model)
     dkil.before_task((0, 0))
     _finish(dkil, ids)
@@ -175,8 +161,8 @@ def test_anchor_reused_is_validated() -> None:
         DKILConfig(anchor_reused=1)
 
 
-def test_separability_nonzero_and_pushes_new_row_away(make_base, ids) -> None:
-    model = _model(make_base)
+def test_separability_nonzero_and_pushes_new_row_away(tuka_model, ids) -> None:
+    model = tuka_model()
     dkil = DKIL(model)
     dkil.before_task((0, 0))
     _finish(dkil, ids)
@@ -206,8 +192,8 @@ def test_separability_nonzero_and_pushes_new_row_away(make_base, ids) -> None:
     assert all(e < s for s, e in zip(start, end)) and sum(end) < 0.5 * sum(start)
 
 
-def test_growth_after_before_task_is_detected(make_base, ids) -> None:
-    model = _model(make_base)
+def test_growth_after_before_task_is_detected(tuka_model, ids) -> None:
+    model = tuka_model()
     dkil = DKIL(model)
     dkil.before_task((0, 0))
     add_scene(model, init_from=0)
@@ -217,8 +203,8 @@ def test_growth_after_before_task_is_detected(make_base, ids) -> None:
     assert float(dkil.penalty()) == 0.0
 
 
-def test_state_dict_roundtrip(make_base, ids) -> None:
-    model = _model(make_base)
+def test_state_dict_roundtrip(tuka_model, ids) -> None:
+    model = tuka_model()
     dkil = DKIL(model)
     dkil.before_task((0, 1))
     _finish(dkil, ids)

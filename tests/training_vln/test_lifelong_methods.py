@@ -99,3 +99,8 @@ def test_dkil_ewc_weight_reaches_tukas_penalty(tmp_path) -> None:
     assert METHODS.get("tuka_dkil")(bundle, held.agent_config(), held.settings()).penalty.config.anchor_reused
     with pytest.raises(ValueError, match="anchor_reused"):
         LifelongConfig(base=base, dkil_anchor_reused="yes")
+    pair = LifelongConfig(base=base, tuka_ranks=(4, 4, 2, 2), dkil_core_fisher="pair")
+    bundle = load_vlm(build_backbone(base, tmp_path / "d", ["go to the sofa"]))
+    assert METHODS.get("tuka_dkil")(bundle, pair.agent_config(), pair.settings()).penalty.config.core_fisher == "pair"
+    with pytest.raises(ValueError, match="core_fisher"):
+        LifelongConfig(base=base, dkil_core_fisher="kfac")

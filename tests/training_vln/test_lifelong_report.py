@@ -120,6 +120,17 @@ def test_merge_refuses_runs_rendered_differently(tmp_path) -> None:
         Path(paths[i]).write_text(json.dumps({**names, "results": {}, "config": cfg}))
     with pytest.raises(ValueError, match="r1.json: runs to merge must share their settings .* differ in lr"):
         bench.merge(paths, tmp_path / "out")
+    # a report that predates a field merges with one holding the field's default, not with another value
+    Path(paths[0]).write_text(json.dumps({**names, "results": {"seq_lora": _result([0.5])},
+                                          "config": {"eval_per_task": 4}}))
+    for value, ok in (("diagonal", True), ("pair", False)):
+        Path(paths[1]).write_text(json.dumps({**names, "results": {"tuka_dkil": _result([0.25])},
+                                              "config": {"eval_per_task": 4, "dkil_core_fisher": value}}))
+        if ok:
+            assert bench.merge(paths, tmp_path / "out") == 0
+        else:
+            with pytest.raises(ValueError, match="differ in dkil_core_fisher"):
+                bench.merge(paths, tmp_path / "out")
     Path(paths[1]).write_text('{"tasks": ["S0-normal"]')
     with pytest.raises(ValueError, match="r1.json: unreadable JSON"):
         bench.merge(paths, tmp_path / "out")

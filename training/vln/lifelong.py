@@ -50,7 +50,9 @@ class LifelongConfig:
     ``full_matrix``: evaluate every learnt task after each task (the SR matrix), else only the task just learnt and,
     after the last one, all of them. ``blind_forward_steps``: N of the blind reference (forward N times, then stop).
     ``dkil_w_ewc``: TuKA's weight of the EWC term on its shared factors (DKIL's default 0.2); ``dkil_anchor_reused``:
-    DKIL's consistency term also holds an expert row an earlier task learned when a new task reuses it.
+    DKIL's consistency term also holds an expert row an earlier task learned when a new task reuses it;
+    ``dkil_core_fisher``: DKIL's EWC on the core G, "diagonal" (the paper's) or "pair" (each learned pair's
+    contraction, through the live expert rows: ``training.peft.tucker.pair_ewc``).
     ``cotrain``: the fraction of every adaptation batch that is scene questions ("where is the <object>?") about
     the task's own training frames, under its condition, answered from segmentation: the base navigator's data mix
     when it was co-trained on them (0: imitation only, the paper's protocol).
@@ -74,6 +76,7 @@ class LifelongConfig:
     ewc_lambda: float = 1e7
     dkil_w_ewc: float = 0.2
     dkil_anchor_reused: bool = False
+    dkil_core_fisher: str = "diagonal"
     fisher_batches: int = 4
     methods: list[str] = field(default_factory=lambda: ["seq_lora", "ewc_lora", "oracle_multi_lora", "tuka_dkil"])
     full_matrix: bool = True
@@ -109,9 +112,10 @@ class LifelongConfig:
         from training.peft.tucker import DKILConfig
 
         try:  # DKIL's own check of its settings
-            DKILConfig(w_ewc=self.dkil_w_ewc, anchor_reused=self.dkil_anchor_reused)
+            DKILConfig(w_ewc=self.dkil_w_ewc, anchor_reused=self.dkil_anchor_reused,
+                       core_fisher=self.dkil_core_fisher)
         except ValueError as exc:
-            raise ValueError(f"dkil_w_ewc / dkil_anchor_reused: {exc}") from exc
+            raise ValueError(f"dkil_w_ewc / dkil_anchor_reused / dkil_core_fisher: {exc}") from exc
         if not isinstance(self.adapt_projector, bool):
             raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
         check_numbers(self, {"cotrain": (0.0, 0.9)}, "LifelongConfig.")  # SceneGroundingConfig.cotrain's range
@@ -140,6 +144,7 @@ class LifelongConfig:
     def settings(self) -> dict[str, Any]:
         return {"lora_rank": self.lora_rank, "tuka_ranks": tuple(self.tuka_ranks), "ewc_lambda": self.ewc_lambda,
                 "dkil_w_ewc": self.dkil_w_ewc, "dkil_anchor_reused": self.dkil_anchor_reused,
+                "dkil_core_fisher": self.dkil_core_fisher,
                 "adapt_projector": self.adapt_projector}
 
     def agent_config(self) -> VLNAgentConfig:

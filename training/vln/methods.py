@@ -162,7 +162,8 @@ class TuKADKIL(_Method):
                          num_scenes=1, num_envs=1)
         bundle.model = apply_tuka(bundle.model, cfg)
         self.penalty = DKIL(bundle.model, DKILConfig(w_ewc=float(settings.get("dkil_w_ewc", DKILConfig.w_ewc)),
-                                                     anchor_reused=bool(settings.get("dkil_anchor_reused", False))))
+                                                     anchor_reused=bool(settings.get("dkil_anchor_reused", False)),
+                                                     core_fisher=settings.get("dkil_core_fisher", "diagonal")))
         self.router = PrototypeRouter()
         self.scene_ids: dict[int, int] = {}  # task scene index -> expert row
         self.env_ids: dict[int, int] = {}

@@ -10,6 +10,9 @@ lambda = 1 - (lambda1 + lambda2 + lambda3)):
 - ``L_co = sum ||U3[s'] - U3*[s']||^2 + sum ||U4[e'] - U4*[e']||^2`` over the rows of experts learned in earlier
   tasks, except the rows the current task trains (``anchor_reused``: those too when an earlier task learned them,
   e.g. the night expert when a second building's night arrives: refined, not overwritten);
+- ``core_fisher = "pair"`` (an ablation): the EWC term on ``G`` is taken per learned (scene, env) pair on its
+  contraction ``G x3 U3[s] x4 U4[e]``, as a function of the live expert rows too (``pair_ewc``), instead of on
+  ``G``'s coordinates with a diagonal Fisher;
 - ``L_es = sum_{s' learned, s' != s} (u3[s] . u3[s'])^2 + (same for U4)`` on unit-normalised rows, the old
   rows detached: the paper's intent (new row orthogonal to old ones). The released code's version is
   identically zero (it only looks at the single active row);
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +37,14 @@ from torch import nn
 
 from training.peft.ewc_lora.protocol import LossFn, check_model, default_loss_fn
 from training.peft.tucker.model import iter_tuka, num_experts, set_active
+from training.peft.tucker.pair_ewc import Pair, core_grad_to_pair, pair_key, pair_penalty, pair_snapshot
 
 log = logging.getLogger(__name__)
 
 SHARED_ROLES = ("G", "U1", "U2T")
 FISHER_NORMS = ("none", "mean", "max")
+CORE_FISHERS = ("diagonal", "pair")
+GradTransform = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
 
 
 @dataclass
@@ -59,6 +65,9 @@ class DKILConfig:
     # The paper's "sum over old experts" read as: also an active row that an earlier task learned (an ablation; the
     # default leaves the active rows free, as the released code's masks do).
     anchor_reused: bool = False
+    # EWC on G: "diagonal" (the paper's: G's own coordinates) or "pair" (each learned pair's contraction, see
+    # training.peft.tucker.pair_ewc; an ablation).
+    core_fisher: str = "diagonal"
 
     def __post_init__(self) -> None:
         for name in ("w_nav", "w_ewc", "w_co", "w_es"):
@@ -76,16 +85,21 @@ class DKILConfig:
                 raise ValueError(f"DKILConfig.{name} must be a bool, got {getattr(self, name)!r}")
         if self.fisher_norm not in FISHER_NORMS:
             raise ValueError(f"DKILConfig.fisher_norm must be one of {FISHER_NORMS}, got {self.fisher_norm!r}")
+        if self.core_fisher not in CORE_FISHERS:
+            raise ValueError(f"DKILConfig.core_fisher must be one of {CORE_FISHERS}, got {self.core_fisher!r}")
 
 
 def estimate_fisher(model: nn.Module, params: Mapping[str, torch.Tensor], batches: Iterable[Any],
-                    loss_fn: LossFn = default_loss_fn, max_batches: int | None = None) -> dict[str, torch.Tensor]:
-    """Diagonal empirical Fisher: mean over batches of the squared gradient of ``loss_fn`` (fp32, eval mode)."""
+                    loss_fn: LossFn = default_loss_fn, max_batches: int | None = None,
+                    transform: GradTransform | None = None) -> dict[str, torch.Tensor]:
+    """Diagonal empirical Fisher: mean over batches of the squared gradient of ``loss_fn`` (fp32, eval mode).
+    ``transform`` maps each batch's ``{name: grad}`` (zeros for unused parameters) to the gradients to square
+    (e.g. in other coordinates)."""
     names = list(params)
     tensors = [params[n] for n in names]
     if not all(t.requires_grad for t in tensors):
         raise ValueError("estimate_fisher: every parameter must require grad")
-    fisher = {n: torch.zeros_like(t, dtype=torch.float32) for n, t in zip(names, tensors)}
+    fisher: dict[str, torch.Tensor] = {}
     was_training = model.training
     model.eval()
     count = 0
@@ -95,9 +109,10 @@ def estimate_fisher(model: nn.Module, params: Mapping[str, torch.Tensor], batche
                 if max_batches is not None and count >= max_batches:
                     break
                 grads = torch.autograd.grad(loss_fn(model, batch), tensors, allow_unused=True)
-                for n, g in zip(names, grads):
-                    if g is not None:
-                        fisher[n] += g.detach().float() ** 2
+                named = {n: (torch.zeros_like(t) if g is None else g).detach().float()
+                         for n, t, g in zip(names, tensors, grads)}
+                for n, g in (transform(named) if transform is not None else named).items():
+                    fisher[n] = fisher.get(n, 0.0) + g.float() ** 2
                 count += 1
     finally:
         model.train(was_training)
@@ -118,6 +133,8 @@ class DKIL:
         self.anchor: dict[str, torch.Tensor] = {}
         self.expert_anchor: dict[str, torch.Tensor] = {}
         self.seen: dict[str, set[int]] = {"U3": set(), "U4": set()}
+        self.pairs: set[Pair] = set()  # learned (scene, env) pairs
+        self.pair_anchor: dict[str, tuple[torch.Tensor, float]] = {}  # core_fisher "pair": C* and |U3*||U4*|
         self.task: tuple[int, int] | None = None
         self.tasks_done = 0
         self._hooks: list[Any] = []
@@ -202,7 +219,7 @@ class DKIL:
         for ln, f in factors.items():
             for role in SHARED_ROLES:
                 key = f"{ln}.{role}"
-                if key in self.fisher:
+                if key in self.fisher:  # (no "<layer>.G" entry under core_fisher "pair")
                     ewc = ewc + (self._fisher_for_penalty(key) * (f[role].float() - self.anchor[key]) ** 2).sum()
             for role, active in (("U3", self._active(0)), ("U4", self._active(1))):
                 u = f[role].float()
@@ -216,6 +233,11 @@ class DKIL:
                     olds = u[old].detach()
                     olds = olds / olds.norm(dim=1, keepdim=True).clamp_min(1e-12)
                     es = es + ((olds @ new) ** 2).sum()
+        if self.config.core_fisher == "pair":
+            held = self.pairs - ({self.task} if self.task is not None else set())
+            keys = {k for k in self.fisher if ".C." in k}
+            ewc = ewc + pair_penalty(factors, held, self.pair_anchor,
+                                     {k: self._fisher_for_penalty(k) for k in keys})
         return {"ewc": ewc, "co": co, "es": es}
 
     def _active(self, i: int) -> int | None:
@@ -254,8 +276,8 @@ class DKIL:
             if batches is None:
                 raise ValueError("DKIL.after_task needs Fisher batches (or a precomputed fisher=)")
             fisher = estimate_fisher(self.model, shared, batches, loss_fn or default_loss_fn,
-                                     self.config.fisher_max_batches)
-        missing = set(shared) - set(fisher)
+                                     self.config.fisher_max_batches, transform=self._fisher_transform())
+        missing = self._fisher_keys() - set(fisher)
         if missing:
             raise ValueError(f"fisher lacks entries for {sorted(missing)[:3]}")
         w = self.config.omega
@@ -268,17 +290,44 @@ class DKIL:
                               for ln, f in self._factors().items() for role in ("U3", "U4")}
         self.seen["U3"].add(self.task[0])
         self.seen["U4"].add(self.task[1])
+        self.pairs.add(self.task)
+        if self.config.core_fisher == "pair":
+            self.pair_anchor = pair_snapshot(self._factors(), self.pairs)
         self._remove_hooks()
         self.tasks_done += 1
         log.info("DKIL: task %s done (%d so far); learned scenes %s, envs %s", self.task, self.tasks_done,
                  sorted(self.seen["U3"]), sorted(self.seen["U4"]))
         self.task = None
 
+    def _fisher_keys(self) -> set[str]:
+        """The Fisher entries ``after_task`` needs for the current task."""
+        keys = set(self.shared_params())
+        if self.config.core_fisher == "pair":
+            assert self.task is not None
+            layers = list(self._factors())
+            keys = (keys - {f"{ln}.G" for ln in layers}) | {pair_key(ln, self.task) for ln in layers}
+        return keys
+
+    def _fisher_transform(self) -> GradTransform | None:
+        """Under ``core_fisher="pair"``: each layer's ``G`` gradient -> the current pair's ``C`` gradient."""
+        if self.config.core_fisher != "pair":
+            return None
+        assert self.task is not None
+        pair, factors = self.task, self._factors()
+
+        def to_pair(grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            out = {k: g for k, g in grads.items() if not k.endswith(".G")}
+            for ln, f in factors.items():
+                out[pair_key(ln, pair)] = core_grad_to_pair(grads[f"{ln}.G"], f["U3"][pair[0]].detach(),
+                                                             f["U4"][pair[1]].detach())
+            return out
+        return to_pair
+
     # ------------------------------------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
         return {"fisher": dict(self.fisher), "anchor": dict(self.anchor), "expert_anchor": dict(self.expert_anchor),
                 "seen_scenes": sorted(self.seen["U3"]), "seen_envs": sorted(self.seen["U4"]),
-                "tasks_done": self.tasks_done}
+                "pairs": sorted(self.pairs), "pair_anchor": dict(self.pair_anchor), "tasks_done": self.tasks_done}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         try:
@@ -287,8 +336,11 @@ class DKIL:
             self.expert_anchor = {k: v.float() for k, v in state["expert_anchor"].items()}
             self.seen = {"U3": set(state["seen_scenes"]), "U4": set(state["seen_envs"])}
             self.tasks_done = int(state["tasks_done"])
+            self.pairs = {(int(s), int(e)) for s, e in state.get("pairs", [])}  # absent in states before "pair"
+            self.pair_anchor = {k: (v[0].float(), float(v[1])) for k, v in state.get("pair_anchor", {}).items()}
         except (KeyError, AttributeError, TypeError) as exc:
             raise ValueError(f"corrupt DKIL state: {exc!r}") from exc
-        unknown = set(self.fisher) - set(self.shared_params())
+        shared, layers = set(self.shared_params()), set(self._factors())
+        unknown = {k for k in self.fisher if k not in shared and k.split(".C.")[0] not in layers}
         if unknown:
             raise ValueError(f"DKIL state does not match the model: unknown keys {sorted(unknown)[:3]}")
