@@ -87,12 +87,11 @@ def test_reused_row_is_held_through_the_contraction(tuka_model, ids) -> None:
 
 
 def test_training_under_pair_ewc_moves_the_held_contraction_less(tuka_model, ids) -> None:
-    """Train task (1, 0) on other data with the DKIL loss: the learned pair's C moves less under "pair"."""
+    """Train task (1, 0) on other data with the (default) DKIL loss: the learned pair's C moves less under "pair"."""
     other = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(9))
     moved = {}
     for mode in ("pair", "diagonal"):
         dkil = _learn_first_pair(tuka_model, ids, mode)
-        dkil.config.w_ewc = 50.0
         layers = [layer for _, layer in iter_tuka(dkil.model)]
         start = [contract(la.lora_core["default"], la.lora_scene["default"][0], la.lora_env["default"][0]).detach()
                  for la in layers]

@@ -7,12 +7,14 @@ that reuses a row (a second building's night reuses the night expert) can rewrit
 This term instead anchors ``C_p`` of every learned pair ``p``, as a function of the live ``G``, ``U3[s]`` and
 ``U4[e]``:
 
-``L_pair = sum_p sum_layers sum_ij F_p[ij] (C_p[ij] - C*_p[ij])^2 / (|U3*[s]| |U4*[e]|)^2``
+``L_pair = sum_p sum_layers sum_ij F_p[ij] (C_p[ij] - C*_p[ij])^2 / rms(C*_p)^2``
 
 - ``F_p`` is the diagonal Fisher of the task loss in ``C_p`` (exact: ``dL/dG = dL/dC (x) U3[s] (x) U4[e]`` when
   the forward uses that one route, so ``dL/dC = (dL/dG x3 U3[s] x4 U4[e]) / (|U3[s]|^2 |U4[e]|^2)``);
-- the division puts the change in the units of ``G`` along the pair's expert directions (the diagonal term's
-  units), so ``DKILConfig.w_ewc`` keeps its meaning;
+- the division by the mean square of ``C*_p`` makes it a relative change of the pair's own core (the Fisher is
+  normalised by ``DKILConfig.fisher_norm`` as the diagonal one is), so the term does not depend on the scale of
+  ``G`` or of the rows: a whole rewrite of one pair's core in one layer costs about ``r1 * r2``. Measured in
+  ``G``'s own units instead, it would be ``r3 * r4`` times weaker than the diagonal term for the same drift;
 - a change of ``G`` orthogonal to every learned pair's ``U3[s] (x) U4[e]`` costs nothing; a reused row moves
   freely only where no earlier pair's contraction changes.
 """
@@ -44,14 +46,13 @@ def core_grad_to_pair(grad_g: torch.Tensor, u3: torch.Tensor, u4: torch.Tensor) 
 
 def pair_snapshot(factors: Mapping[str, Mapping[str, torch.Tensor]], pairs: set[Pair]
                   ) -> dict[str, tuple[torch.Tensor, float]]:
-    """``{pair_key: (C*, |U3*[s]| |U4*[e]|)}`` for every layer and learned pair, detached."""
+    """``{pair_key: (C*, rms(C*))}`` for every layer and learned pair, detached."""
     out: dict[str, tuple[torch.Tensor, float]] = {}
     with torch.no_grad():
         for ln, f in factors.items():
             for s, e in sorted(pairs):
-                u3, u4 = f["U3"][s], f["U4"][e]
-                norm = float(u3.float().norm() * u4.float().norm())
-                out[pair_key(ln, (s, e))] = (contract(f["G"], u3, u4).clone(), max(norm, 1e-12))
+                c = contract(f["G"], f["U3"][s], f["U4"][e]).clone()
+                out[pair_key(ln, (s, e))] = (c, max(float(c.pow(2).mean().sqrt()), 1e-12))
     return out
 
 
