@@ -134,7 +134,7 @@ class DKIL:
         self.expert_anchor: dict[str, torch.Tensor] = {}
         self.seen: dict[str, set[int]] = {"U3": set(), "U4": set()}
         self.pairs: set[Pair] = set()  # learned (scene, env) pairs
-        self.pair_anchor: dict[str, tuple[torch.Tensor, float]] = {}  # core_fisher "pair": C* and |U3*||U4*|
+        self.pair_anchor: dict[str, tuple[torch.Tensor, float]] = {}  # core_fisher "pair": C* and rms(C*)
         self.task: tuple[int, int] | None = None
         self.tasks_done = 0
         self._hooks: list[Any] = []
