@@ -16,10 +16,11 @@ Adapter (``layer.py``, ``model.py``)
     ``export_tuka_factors(model) -> (factors, scaling)``  base-model layer name -> {G, U1, U2T, U3, U4}, alpha/r1
                                                       (the format of ``agents.vln.experts.TuckerExpertBank``)
 DKIL (``dkil.py``)
-    ``DKILConfig(w_nav=.5, w_ewc=.2, w_co=.2, w_es=.1, omega=.95, fisher_max_batches=50, fisher_norm="mean")``
+    ``DKILConfig(w_nav=.5, w_ewc=.2, w_co=.2, w_es=.1, omega=.95, fisher_max_batches=50, fisher_norm="mean",
+    anchor_reused=False, core_fisher="diagonal")`` (``"pair"``: EWC on each learned pair's core slice, ``pair_ewc.py``)
     ``DKIL(model, config)``: ``before_task((s, e))``, ``penalty() -> Tensor``, ``combine(nav_loss) -> Tensor``,
     ``after_task(model, fisher_batches, loss_fn=None)``, ``terms()``, ``restore_frozen_rows()``,
-    ``state_dict()``/``load_state_dict()``; ``estimate_fisher(model, params, batches, loss_fn)``
+    ``state_dict()``/``load_state_dict()``; ``estimate_fisher(model, params, batches, loss_fn, transform=None)``
 Routing (``router.py``)
     ``PrototypeRouter(center=True)``: ``add(features, scene=, env=)``, ``route(features) -> (scene, env)``,
     ``route_batch(features)``, ``save(path)``/``PrototypeRouter.load(path)``; banks ``router.scene``/``router.env``
