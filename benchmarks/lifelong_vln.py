@@ -307,25 +307,23 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, a.threads))
     os.chdir(ROOT)
     t0 = time.time()
-    methods = [m for m in a.methods.split(",") if m.strip()]
+    # the settings --quick keeps from the command line
+    shared = dict(methods=[m for m in a.methods.split(",") if m.strip()], adapt_projector=a.adapt_projector,
+                  cotrain=a.cotrain, dkil_w_ewc=a.dkil_ewc, dkil_anchor_reused=a.dkil_anchor_reused,
+                  dkil_core_fisher=a.dkil_core_fisher)
     if a.quick:
         base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
         cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
                              train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4, fisher_batches=1,
-                             lora_rank=4, tuka_ranks=(4, 4, 2, 2), methods=methods, full_matrix=False,
-                             adapt_projector=a.adapt_projector, cotrain=a.cotrain,
-                             offline_samples=min(a.offline_samples, 16), dkil_w_ewc=a.dkil_ewc,
-                             dkil_anchor_reused=a.dkil_anchor_reused, dkil_core_fisher=a.dkil_core_fisher)
+                             lora_rank=4, tuka_ranks=(4, 4, 2, 2), full_matrix=False,
+                             offline_samples=min(a.offline_samples, 16), **shared)
     else:
         base = VLNTrainConfig.from_yaml(a.base_config)
         cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
                              order_seed=a.order_seed, train_per_task=a.train_per_task, eval_per_task=a.eval_per_task,
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
-                             methods=methods, full_matrix=not a.diagonal_only,
-                             ewc_lambda=a.ewc_lambda, dkil_w_ewc=a.dkil_ewc,
-                             dkil_anchor_reused=a.dkil_anchor_reused, dkil_core_fisher=a.dkil_core_fisher,
-                             tuka_ranks=_ranks(p, a.tuka_ranks), adapt_projector=a.adapt_projector,
-                             cotrain=a.cotrain, offline_samples=a.offline_samples)
+                             full_matrix=not a.diagonal_only, ewc_lambda=a.ewc_lambda,
+                             tuka_ranks=_ranks(p, a.tuka_ranks), offline_samples=a.offline_samples, **shared)
     base_dir, base_result = base_navigator(base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)

@@ -24,7 +24,7 @@ from agents.vln.configuration_vln import VLNAgentConfig
 from sim.core.episodes import Episode, GroundTruth
 from training.vln.config import VLNTrainConfig
 from training.vln.data import Sample, collect
-from training.vln.methods import METHODS
+from training.vln.methods import DKIL_SETTINGS, METHODS, dkil_config
 from training.vln.navigator import make_env, make_episodes
 from training.vln.trainer import Imitation, make_batch
 
@@ -109,11 +109,8 @@ class LifelongConfig:
             raise ValueError(f"tuka_ranks must be 4 positive ints, got {self.tuka_ranks}")
         for m in self.methods:
             METHODS.get(m)  # KeyError listing the known methods
-        from training.peft.tucker import DKILConfig
-
-        try:  # DKIL's own check of its settings
-            DKILConfig(w_ewc=self.dkil_w_ewc, anchor_reused=self.dkil_anchor_reused,
-                       core_fisher=self.dkil_core_fisher)
+        try:  # DKIL's own check, of the config the TuKA method will build
+            dkil_config({key: getattr(self, key) for key in DKIL_SETTINGS})
         except ValueError as exc:
             raise ValueError(f"dkil_w_ewc / dkil_anchor_reused / dkil_core_fisher: {exc}") from exc
         if not isinstance(self.adapt_projector, bool):
@@ -143,9 +140,7 @@ class LifelongConfig:
 
     def settings(self) -> dict[str, Any]:
         return {"lora_rank": self.lora_rank, "tuka_ranks": tuple(self.tuka_ranks), "ewc_lambda": self.ewc_lambda,
-                "dkil_w_ewc": self.dkil_w_ewc, "dkil_anchor_reused": self.dkil_anchor_reused,
-                "dkil_core_fisher": self.dkil_core_fisher,
-                "adapt_projector": self.adapt_projector}
+                **{key: getattr(self, key) for key in DKIL_SETTINGS}, "adapt_projector": self.adapt_projector}
 
     def agent_config(self) -> VLNAgentConfig:
         """The base navigator's agent settings; routing reads vision-tower features when the projector is adapted."""

@@ -20,6 +20,17 @@ log = logging.getLogger(__name__)
 METHODS: Registry[type] = Registry("lifelong VLN method")
 
 
+#: a method setting (``LifelongConfig``'s field) -> the ``DKILConfig`` field it sets
+DKIL_SETTINGS = {"dkil_w_ewc": "w_ewc", "dkil_anchor_reused": "anchor_reused", "dkil_core_fisher": "core_fisher"}
+
+
+def dkil_config(settings: dict[str, Any]) -> Any:
+    """TuKA's ``DKILConfig`` from a method's settings: DKIL's own defaults for those not given, DKIL's own checks."""
+    from training.peft.tucker import DKILConfig
+
+    return DKILConfig(**{name: settings[key] for key, name in DKIL_SETTINGS.items() if key in settings})
+
+
 def adapter_targets(family: str, adapt_projector: bool = False) -> str:
     """``target_modules`` regex of every method: the language model's linears, plus the multimodal projector's
     when ``adapt_projector`` (the paper's targets; routing must then read vision-tower features)."""
@@ -153,7 +164,7 @@ class TuKADKIL(_Method):
     routed = True
 
     def __init__(self, bundle: Any, agent_cfg: VLNAgentConfig, settings: dict[str, Any]) -> None:
-        from training.peft.tucker import DKIL, DKILConfig, PrototypeRouter, TuKAConfig, apply_tuka
+        from training.peft.tucker import DKIL, PrototypeRouter, TuKAConfig, apply_tuka
 
         super().__init__(bundle, agent_cfg, settings)
         r1, r2, r3, r4 = settings["tuka_ranks"]
@@ -161,9 +172,7 @@ class TuKADKIL(_Method):
                          target_modules=adapter_targets(bundle.family, settings.get("adapt_projector", False)),
                          num_scenes=1, num_envs=1)
         bundle.model = apply_tuka(bundle.model, cfg)
-        self.penalty = DKIL(bundle.model, DKILConfig(w_ewc=float(settings.get("dkil_w_ewc", DKILConfig.w_ewc)),
-                                                     anchor_reused=bool(settings.get("dkil_anchor_reused", False)),
-                                                     core_fisher=settings.get("dkil_core_fisher", "diagonal")))
+        self.penalty = DKIL(bundle.model, dkil_config(settings))
         self.router = PrototypeRouter()
         self.scene_ids: dict[int, int] = {}  # task scene index -> expert row
         self.env_ids: dict[int, int] = {}

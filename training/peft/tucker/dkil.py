@@ -277,7 +277,7 @@ class DKIL:
                 raise ValueError("DKIL.after_task needs Fisher batches (or a precomputed fisher=)")
             fisher = estimate_fisher(self.model, shared, batches, loss_fn or default_loss_fn,
                                      self.config.fisher_max_batches, transform=self._fisher_transform())
-        missing = self._fisher_keys() - set(fisher)
+        missing = self._fisher_keys(shared) - set(fisher)
         if missing:
             raise ValueError(f"fisher lacks entries for {sorted(missing)[:3]}")
         w = self.config.omega
@@ -299,9 +299,9 @@ class DKIL:
                  sorted(self.seen["U3"]), sorted(self.seen["U4"]))
         self.task = None
 
-    def _fisher_keys(self) -> set[str]:
-        """The Fisher entries ``after_task`` needs for the current task."""
-        keys = set(self.shared_params())
+    def _fisher_keys(self, shared: Mapping[str, torch.Tensor]) -> set[str]:
+        """The Fisher entries ``after_task`` needs for the current task (``shared``: ``shared_params()``)."""
+        keys = set(shared)
         if self.config.core_fisher == "pair":
             assert self.task is not None
             layers = list(self._factors())
