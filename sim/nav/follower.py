@@ -25,6 +25,9 @@ class ShortestPathFollower:
     gets closer.
     """
 
+    #: ``make_follower`` passes the goal object's centre as ``aim`` to teachers that set this
+    object_aim = False
+
     def __init__(self, grid: OccupancyGrid, spec: MotionSpec | None = None, stop_radius: float = 0.2,
                  keep_heading_tol: float = 0.03) -> None:
         self.grid = grid
@@ -127,8 +130,68 @@ class SightlineFollower(ShortestPathFollower):
         return super().next_action(x, y, phi, gx, gy)
 
 
+class SearchFollower(SightlineFollower):
+    """A teacher whose every action follows from the current frame: search, approach, stop.
+
+    With the goal point in straight line of sight, it acts on the bearing of ``aim`` (the goal object's centre when
+    the caller knows it, which is what the goal word of a ``goal_prefix`` answer describes; the goal point itself
+    within ``handover`` of it, where the object's centre and the point in front of its near face part, or where the
+    first ``handover`` m toward the centre are blocked; both choices depend on the position only, so turning in
+    place never flips them):
+    outside the camera's horizontal field of view it turns left (a fixed search direction: the frame cannot tell
+    which side a hidden goal is on), in a side third of the frame it turns toward it, in the middle third it moves
+    forward. It stops within ``stop_radius`` of the goal point, or when forward is blocked within ``reach`` of it
+    (at the object). With the line of sight blocked, or forward blocked farther out, it is the shortest-path
+    follower. The shortest-path follower turns toward a goal it cannot see, by the map, which a navigator that sees
+    one frame cannot imitate (``docs/alldaywalker.md``, "A fifteenth look").
+    """
+
+    object_aim = True
+
+    def __init__(self, grid: OccupancyGrid, spec: MotionSpec | None = None, stop_radius: float = 0.5,
+                 keep_heading_tol: float = 0.03, hfov_deg: float = 79.0, aim: tuple[float, float] | None = None,
+                 reach: float = 0.9, handover: float = 1.5) -> None:
+        super().__init__(grid, spec, stop_radius, keep_heading_tol, hfov_deg, near_radius=stop_radius, aim=aim)
+        if reach < stop_radius:
+            raise ValueError(f"reach ({reach}) must be >= stop_radius ({stop_radius})")
+        if handover < reach:
+            raise ValueError(f"handover ({handover}) must be >= reach ({reach})")
+        self.reach, self.handover = float(reach), float(handover)
+
+    @classmethod
+    def for_camera(cls, grid: OccupancyGrid, spec: MotionSpec | None = None, hfov_deg: float = 79.0,
+                   aim: tuple[float, float] | None = None) -> "SearchFollower":
+        return cls(grid, spec, hfov_deg=hfov_deg, aim=aim)
+
+    def next_action(self, x: float, y: float, phi: float, gx: float, gy: float) -> NavAction:
+        dist = math.hypot(gx - x, gy - y)
+        if dist <= self.stop_radius:
+            return NavAction.STOP
+        step = self.spec.forward_step
+        ahead_free = self.grid.segment_free(x, y, x + step * math.cos(phi), y + step * math.sin(phi))
+        if not self.grid.segment_free(x, y, gx, gy):
+            return ShortestPathFollower.next_action(self, x, y, phi, gx, gy)
+        ax, ay = gx, gy
+        if self.aim is not None and dist > self.handover:
+            c = math.atan2(self.aim[1] - y, self.aim[0] - x)
+            if self.grid.segment_free(x, y, x + self.handover * math.cos(c), y + self.handover * math.sin(c)):
+                ax, ay = self.aim
+        d = math.atan2(ay - y, ax - x) - phi
+        bearing = math.atan2(math.sin(d), math.cos(d))  # CCW positive: the aim is to the left
+        if abs(bearing) >= self.half_fov or bearing > self.third:
+            return NavAction.TURN_LEFT
+        if bearing < -self.third:
+            return NavAction.TURN_RIGHT
+        if ahead_free:
+            return NavAction.MOVE_FORWARD
+        if dist <= self.reach:
+            return NavAction.STOP
+        return ShortestPathFollower.next_action(self, x, y, phi, gx, gy)
+
+
 #: teachers for imitation by name (``VLNTrainConfig.teacher``)
-FOLLOWERS: dict[str, type[ShortestPathFollower]] = {"geodesic": ShortestPathFollower, "sightline": SightlineFollower}
+FOLLOWERS: dict[str, type[ShortestPathFollower]] = {"geodesic": ShortestPathFollower, "sightline": SightlineFollower,
+                                                     "search": SearchFollower}
 
 
 def make_follower(name: str, grid: OccupancyGrid, spec: MotionSpec | None = None, hfov_deg: float = 79.0,
@@ -154,4 +217,4 @@ class OraclePolicy(Policy):
 
 
 
-__all__ = ["FOLLOWERS", "OraclePolicy", "ShortestPathFollower", "SightlineFollower", "make_follower"]
+__all__ = ["FOLLOWERS", "OraclePolicy", "SearchFollower", "ShortestPathFollower", "SightlineFollower", "make_follower"]

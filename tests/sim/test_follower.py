@@ -12,7 +12,7 @@ import pytest
 from agents.core.types import NavAction
 from sim.core.frames import habitat_to_mj, phi_to_theta, quat_to_yaw, wrap_angle
 from sim.nav.episode_gen import EpisodeGenConfig, _goal_point, sample_episode
-from sim.nav.follower import FOLLOWERS, ShortestPathFollower, SightlineFollower, make_follower
+from sim.nav.follower import FOLLOWERS, SearchFollower, ShortestPathFollower, SightlineFollower, make_follower
 from sim.nav.house import ROOM_KINDS, STYLES, Door, House, Room, _build_walls, generate_house
 from sim.nav.layouts import RoomRect
 from sim.nav.motion import MotionSpec, apply_action
@@ -285,9 +285,77 @@ def test_sightline_rollouts_reach_the_goal(runs: list[Run]) -> None:
     assert np.mean(spls) >= 0.9, np.mean(spls)
 
 
+# ---- the search teacher ----------------------------------------------------------------------------------------
+def test_search_acts_on_the_frame_only() -> None:
+    """In sight: a goal outside the field of view is searched for by turning left, whichever side it is on (the
+    shortest-path follower turns by the map); in a side third it turns toward it, in the middle third it moves;
+    within stop_radius it stops."""
+    house = generate_house(101, STYLES.names()[0])
+    grid = OccupancyGrid(house)
+    search, geo = SearchFollower(grid), ShortestPathFollower(grid)
+    rng = np.random.default_rng(1)
+    by_map = set()
+    for _ in range(10):
+        x, y, gx, gy = _sightline_pair(grid, rng)
+        to_goal = math.atan2(gy - y, gx - x)
+        for off_deg in (60.0, -60.0, 150.0, -150.0, 100.0, -100.0):
+            phi = to_goal - math.radians(off_deg)
+            assert search.next_action(x, y, phi, gx, gy) == NavAction.TURN_LEFT, off_deg
+            by_map.add(geo.next_action(x, y, phi, gx, gy))
+        assert search.next_action(x, y, to_goal - math.radians(25.0), gx, gy) == NavAction.TURN_LEFT
+        assert search.next_action(x, y, to_goal + math.radians(25.0), gx, gy) == NavAction.TURN_RIGHT
+        assert search.next_action(x, y, to_goal, gx, gy) == NavAction.MOVE_FORWARD
+        near = (gx - 0.4 * math.cos(to_goal), gy - 0.4 * math.sin(to_goal))
+        assert search.next_action(*near, to_goal + math.pi, gx, gy) == NavAction.STOP
+    assert NavAction.TURN_RIGHT in by_map  # the shortest-path follower does turn right toward hidden goals
+
+
+def test_search_steers_at_the_object_until_the_handover() -> None:
+    """With an aim (the goal object's centre) it steers at the aim while farther than ``handover`` from the goal
+    point and the way toward the aim is free, and at the goal point itself nearer in."""
+    grid = OccupancyGrid(generate_house(101, STYLES.names()[0]))
+    rng = np.random.default_rng(2)
+    x, y, gx, gy = _sightline_pair(grid, rng, min_dist=3.0)
+    to_goal = math.atan2(gy - y, gx - x)
+    for side in (1.0, -1.0):  # an aim 25 degrees to one side, its first 1.5 m free
+        c = to_goal + side * math.radians(25.0)
+        if grid.segment_free(x, y, x + 1.5 * math.cos(c), y + 1.5 * math.sin(c)):
+            break
+    else:
+        raise AssertionError("no free way toward a side aim from this start (pick another seed)")
+    aim = (x + 4 * math.cos(c), y + 4 * math.sin(c))
+    want = NavAction.TURN_LEFT if side > 0 else NavAction.TURN_RIGHT
+    assert SearchFollower(grid, aim=aim).next_action(x, y, to_goal, gx, gy) == want
+    assert SearchFollower(grid).next_action(x, y, to_goal, gx, gy) == NavAction.MOVE_FORWARD
+    # within the handover radius the goal point rules: straight at it is forward
+    handover = math.dist((x, y), (gx, gy)) + 0.1
+    near = SearchFollower(grid, aim=aim, handover=handover)
+    assert near.next_action(x, y, to_goal, gx, gy) == NavAction.MOVE_FORWARD
+    with pytest.raises(ValueError, match="reach"):
+        SearchFollower(grid, stop_radius=0.5, reach=0.3)
+    with pytest.raises(ValueError, match="handover"):
+        SearchFollower(grid, reach=0.9, handover=0.5)
+
+
+def test_search_rollouts_end_near_the_goal(runs: list[Run]) -> None:
+    """On the shortest-path follower's start/goal pairs (any room): nearly every rollout stops within the 1 m
+    success radius; turning to search costs steps, not path length."""
+    ends = []
+    for _, _, house, grid in _house_grids():
+        follower = SearchFollower(grid)
+        for r in (r for r in runs if r.scene == house.scene_id):
+            positions, actions, _ = follower.rollout(*r.start, 0.0, *r.goal, max_steps=600)
+            ends.append(actions[-1] == NavAction.STOP and math.dist(positions[-1], r.goal) <= 1.0)
+    assert len(ends) == len(runs)
+    assert np.mean(ends) >= 0.9, np.mean(ends)
+
+
 def test_make_follower_registry() -> None:
     grid = OccupancyGrid(generate_house(101, STYLES.names()[0]))
-    assert set(FOLLOWERS) == {"geodesic", "sightline"}
+    assert set(FOLLOWERS) == {"geodesic", "sightline", "search"}
+    assert [name for name, f in FOLLOWERS.items() if f.object_aim] == ["search"]
+    found = make_follower("search", grid, aim=(1.0, 2.0))
+    assert isinstance(found, SearchFollower) and found.aim == (1.0, 2.0)
     assert type(make_follower("geodesic", grid)) is ShortestPathFollower
     sight = make_follower("sightline", grid, hfov_deg=90.0, aim=(1.0, 2.0))
     assert isinstance(sight, SightlineFollower) and sight.aim == (1.0, 2.0)

@@ -92,6 +92,49 @@ def test_sightline_teacher_demonstrations(cfg):
     assert differ > 0
 
 
+def test_search_teacher_demonstrations(cfg, monkeypatch):
+    """collect(teacher='search'): the teacher is given the goal object's centre as its aim, its demonstrations
+    reach the goal, and where the goal object is out of the frame (goal word ``none``) it mostly turns left (by the
+    map where the line of sight is blocked), far more often than the shortest-path follower on the same states."""
+    import dataclasses
+
+    import training.vln.data as data
+    from training.vln.navigator import make_env, make_episodes
+
+    aims = []
+    real = data.make_follower
+
+    def spy(name, grid, spec=None, hfov_deg=79.0, aim=None):
+        aims.append((name, aim))
+        return real(name, grid, spec, hfov_deg, aim)
+
+    monkeypatch.setattr(data, "make_follower", spy)
+    eps = make_episodes(cfg, "eval", 6)
+    agent = dataclasses.replace(cfg.agent_config(), goal_prefix=True)
+    env = make_env(dataclasses.replace(cfg, max_steps=80), "normal", *eps)
+    hidden, by_map = [], []
+
+    def geodesic_when_hidden(e):
+        if data.goal_location(e) == "none":
+            by_map.append(data.teacher_actions(e, 1, "geodesic")[0])
+
+    try:
+        for i in range(len(eps[0])):
+            samples = data.collect(env, [i], agent, cfg.image_size, teacher="search", on_state=geodesic_when_hidden)
+            assert samples[-1].target.endswith("stop")
+            assert env.geodesic_to_goal(env.pose.position) <= cfg.success_distance
+            item = env.house.furniture[env.goal_item()]
+            assert ("search", (item.x, item.y)) in aims
+            hidden += [s.target.split()[1] for s in samples if s.target.startswith("none")]
+        assert ("geodesic", None) in aims  # the map-driven teachers get no aim
+    finally:
+        env.close()
+    assert len(hidden) == len(by_map) > 10
+    search_left = hidden.count("left") / len(hidden)
+    map_left = by_map.count(NavAction.TURN_LEFT) / len(by_map)
+    assert search_left >= 0.6 and search_left >= map_left + 0.2, (search_left, map_left)
+
+
 def test_dagger_relabels_learner_states_with_the_oracle(cfg, world, bundle):
     from agents.vln.modeling_vln import AlldayWalkerPolicy
     from training.vln.data import collect, teacher_actions

@@ -32,7 +32,8 @@ class VLNTrainConfig:
     ``tiny``. Episodes: ``n_scenes`` houses, ``episodes_per_scene`` training and ``eval_per_scene`` held-out
     episodes of ``min_distance``..``max_distance`` m geodesic, at most ``max_steps`` steps, success within
     ``success_distance`` m, demonstrated by ``teacher`` (``sim.nav.follower.FOLLOWERS``: the shortest-path
-    follower or the ``sightline`` one, which steers by where the goal is in the frame). ``train_conditions`` are
+    follower, the ``sightline`` one, which steers by where the goal is in the frame, or the ``search`` one, whose
+    every action follows from the frame: turn left while the goal is out of view). ``train_conditions`` are
     rendered for training, ``eval_conditions`` for the drop measurement; ``condition_params`` override each
     condition's parameters (default: a milder night). ``physical_conditions``: a condition also changes the scene's
     lighting in MuJoCo (night lights, fog, ...) on top of its camera model; False applies the camera model to the

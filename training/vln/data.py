@@ -24,7 +24,7 @@ from agents.vln.modeling_vln import AlldayWalkerPolicy
 from agents.vln.processor_vln import build_prompt, tile_frames
 from sim.core.frames import habitat_to_mj, theta_to_phi
 from sim.nav.env import MujocoNavEnv
-from sim.nav.follower import make_follower
+from sim.nav.follower import FOLLOWERS, make_follower
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,13 @@ class Sample:
 def teacher_actions(env: MujocoNavEnv, k: int, teacher: str = "geodesic") -> list[NavAction]:
     """The teacher's next ``k`` actions from the env's current pose (kinematic rollout, no rendering); ``teacher``
     names a follower of ``sim.nav.follower.FOLLOWERS`` (``sightline`` steers at the goal point: steering at the
-    goal object's centre made the labels less predictable from the frame, ``docs/alldaywalker.md``)."""
-    follower = make_follower(teacher, env.grid, env.motion, env.config.hfov_deg)
+    goal object's centre made the labels less predictable from the frame, ``docs/alldaywalker.md``); teachers with
+    ``object_aim`` (``search``) are given the goal object's centre."""
+    aim = None
+    if getattr(FOLLOWERS.get(teacher), "object_aim", False) and hasattr(env, "goal_item"):
+        item = env.goal_item()
+        aim = None if item is None else (env.house.furniture[item].x, env.house.furniture[item].y)
+    follower = make_follower(teacher, env.grid, env.motion, env.config.hfov_deg, aim)
     x, y, _ = habitat_to_mj(env.pose.position)
     gx, gy, _ = habitat_to_mj(env.episode.goals[0].position)
     _, actions, _ = follower.rollout(x, y, theta_to_phi(env.pose.heading), gx, gy, max_steps=k)
