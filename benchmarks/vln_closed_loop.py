@@ -147,19 +147,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import training.vln  # noqa: F401 - preloads triton's LLVM before any EGL context
     from agents.vlm.bundle import load_vlm
-    from training.vln.config import VLNTrainConfig
 
     if a.threads:
         torch.set_num_threads(a.threads)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="vln_closed_loop_") as tmp:
         if a.quick:
-            from training.vln.navigator import build_backbone
+            from vln_first_action import quick_backbone
 
-            cfg = VLNTrainConfig(n_scenes=1, episodes_per_scene=1, eval_per_scene=2, same_room=True, min_distance=1.0,
-                                 max_distance=3.0, max_steps=12, agent={"num_history": 0, "num_future_steps": 4})
-            runs = [("untrained", load_vlm(build_backbone(cfg, Path(tmp) / "backbone", ["go to the sofa"])),
-                     cfg.agent_config())]
+            cfg, model_dir = quick_backbone(Path(tmp))
+            runs = [("untrained", load_vlm(model_dir), cfg.agent_config())]
             names = ["untrained"]
         else:
             try:

@@ -194,6 +194,17 @@ def scene_question_report(bundle: Any, cfg: Any) -> dict[str, Any]:
     return report(held, answer_hits(bundle, [training_example(bundle, im, q, a) for im, q, a, _ in held], 32))
 
 
+def quick_backbone(tmp: Path) -> tuple[Any, Path]:
+    """The ``--quick`` set-up: a one-house config with two short held-out episodes, and an untrained tiny backbone
+    built under ``tmp``."""
+    from training.vln.config import VLNTrainConfig
+    from training.vln.navigator import build_backbone
+
+    cfg = VLNTrainConfig(n_scenes=1, episodes_per_scene=1, eval_per_scene=2, same_room=True, min_distance=1.0,
+                         max_distance=3.0, max_steps=12, agent={"num_history": 0, "num_future_steps": 4})
+    return cfg, build_backbone(cfg, tmp / "backbone", ["go to the sofa"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -226,11 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="vln_first_action_") as tmp:
         if a.quick:
-            from training.vln.navigator import build_backbone
-
-            cfg = VLNTrainConfig(n_scenes=1, episodes_per_scene=1, eval_per_scene=2, same_room=True, min_distance=1.0,
-                                 max_distance=3.0, max_steps=12, agent={"num_history": 0, "num_future_steps": 4})
-            model_dir = build_backbone(cfg, Path(tmp) / "backbone", ["go to the sofa"])
+            cfg, model_dir = quick_backbone(Path(tmp))
             episodes = 2
         elif a.config:
             try:
