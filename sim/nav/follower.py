@@ -25,7 +25,8 @@ class ShortestPathFollower:
     gets closer.
     """
 
-    #: ``make_follower`` passes the goal object's centre as ``aim`` to teachers that set this
+    #: callers that know the goal object (``training.vln.data.teacher_actions``) pass its centre as ``aim`` to
+    #: followers that set this
     object_aim = False
 
     def __init__(self, grid: OccupancyGrid, spec: MotionSpec | None = None, stop_radius: float = 0.2,
@@ -133,17 +134,18 @@ class SightlineFollower(ShortestPathFollower):
 class SearchFollower(SightlineFollower):
     """A teacher whose every action follows from the current frame: search, approach, stop.
 
-    With the goal point in straight line of sight, it acts on the bearing of ``aim`` (the goal object's centre when
-    the caller knows it, which is what the goal word of a ``goal_prefix`` answer describes; the goal point itself
-    within ``handover`` of it, where the object's centre and the point in front of its near face part, or where the
-    first ``handover`` m toward the centre are blocked; both choices depend on the position only, so turning in
-    place never flips them):
-    outside the camera's horizontal field of view it turns left (a fixed search direction: the frame cannot tell
-    which side a hidden goal is on), in a side third of the frame it turns toward it, in the middle third it moves
-    forward. It stops within ``stop_radius`` of the goal point, or when forward is blocked within ``reach`` of it
-    (at the object). With the line of sight blocked, or forward blocked farther out, it is the shortest-path
-    follower. The shortest-path follower turns toward a goal it cannot see, by the map, which a navigator that sees
-    one frame cannot imitate (``docs/alldaywalker.md``, "A fifteenth look").
+    With the goal point in straight line of sight it acts on the bearing of its target: outside the camera's
+    horizontal field of view it turns left (a fixed search direction: the frame cannot tell which side a hidden goal
+    is on), in a side third of the frame it turns toward it, in the middle third it moves forward. It stops within
+    ``stop_radius`` of the goal point, or when forward is blocked within ``reach`` of it (at the object). With the
+    line of sight blocked, or forward blocked farther out, it is the shortest-path follower, which turns toward a
+    goal it cannot see by the map: no navigator that sees one frame can imitate that (``docs/alldaywalker.md``,
+    "A fifteenth look").
+
+    The target is ``aim`` (the goal object's centre, which the goal word of a ``goal_prefix`` answer describes)
+    while the goal point is farther than ``handover`` and the first ``handover`` m toward the centre are free; the
+    goal point otherwise (near the object the centre and the point in front of its near face part). Both choices
+    depend on the position only, so turning in place never flips them.
     """
 
     object_aim = True
@@ -167,8 +169,6 @@ class SearchFollower(SightlineFollower):
         dist = math.hypot(gx - x, gy - y)
         if dist <= self.stop_radius:
             return NavAction.STOP
-        step = self.spec.forward_step
-        ahead_free = self.grid.segment_free(x, y, x + step * math.cos(phi), y + step * math.sin(phi))
         if not self.grid.segment_free(x, y, gx, gy):
             return ShortestPathFollower.next_action(self, x, y, phi, gx, gy)
         ax, ay = gx, gy
@@ -182,7 +182,8 @@ class SearchFollower(SightlineFollower):
             return NavAction.TURN_LEFT
         if bearing < -self.third:
             return NavAction.TURN_RIGHT
-        if ahead_free:
+        step = self.spec.forward_step
+        if self.grid.segment_free(x, y, x + step * math.cos(phi), y + step * math.sin(phi)):
             return NavAction.MOVE_FORWARD
         if dist <= self.reach:
             return NavAction.STOP
