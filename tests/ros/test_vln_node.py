@@ -130,9 +130,10 @@ def test_bad_image_gives_zero_velocity_and_node_survives(vln, bad):
     t0 = time.monotonic()
     n_actions = len(vln.actions)
     vln.pub_img.publish(msg)
-    # within 0.2 s: before the 0.5 s staleness stop could be the cause (the last good frame was just acted on)
-    assert spin_until(vln.node, lambda: vln.zero_after(t0) is not None, timeout=0.3)
-    assert vln.zero_after(t0) < 0.2
+    # within 0.3 s: before the 0.5 s staleness stop could be the cause (the last good frame was just acted on, and
+    # the staleness test sees that stop no earlier than 0.4 s); 0.2 s flaked at 0.23 s on a busy 2-core CI box
+    assert spin_until(vln.node, lambda: vln.zero_after(t0) is not None, timeout=0.35)
+    assert vln.zero_after(t0) < 0.3
     assert len(vln.actions) == n_actions, "acted on a malformed image"
     vln.feed(0.5)   # still alive and acting on good input
     assert len(vln.actions) > n_actions
