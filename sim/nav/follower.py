@@ -117,18 +117,30 @@ class SightlineFollower(ShortestPathFollower):
 
     def next_action(self, x: float, y: float, phi: float, gx: float, gy: float) -> NavAction:
         if math.hypot(gx - x, gy - y) > self.near_radius and self.grid.segment_free(x, y, gx, gy):
-            ax, ay = self.aim if self.aim is not None else (gx, gy)
-            d = math.atan2(ay - y, ax - x) - phi
-            bearing = math.atan2(math.sin(d), math.cos(d))  # CCW positive: the aim is to the left
+            bearing = self._bearing(x, y, phi, *(self.aim if self.aim is not None else (gx, gy)))
             if abs(bearing) < self.half_fov:
-                if bearing > self.third:
-                    return NavAction.TURN_LEFT
-                if bearing < -self.third:
-                    return NavAction.TURN_RIGHT
-                step = self.spec.forward_step
-                if self.grid.segment_free(x, y, x + step * math.cos(phi), y + step * math.sin(phi)):
-                    return NavAction.MOVE_FORWARD
+                action = self._steer(x, y, phi, bearing)
+                if action is not None:
+                    return action
         return super().next_action(x, y, phi, gx, gy)
+
+    @staticmethod
+    def _bearing(x: float, y: float, phi: float, ax: float, ay: float) -> float:
+        """Angle from the heading ``phi`` to the point (ax, ay), radians in (-pi, pi], CCW positive (to the left)."""
+        d = math.atan2(ay - y, ax - x) - phi
+        return math.atan2(math.sin(d), math.cos(d))
+
+    def _steer(self, x: float, y: float, phi: float, bearing: float) -> NavAction | None:
+        """By the frame's thirds, for a target in view: turn toward it outside the middle third, else forward; None
+        when forward is blocked."""
+        if bearing > self.third:
+            return NavAction.TURN_LEFT
+        if bearing < -self.third:
+            return NavAction.TURN_RIGHT
+        step = self.spec.forward_step
+        if self.grid.segment_free(x, y, x + step * math.cos(phi), y + step * math.sin(phi)):
+            return NavAction.MOVE_FORWARD
+        return None
 
 
 class SearchFollower(SightlineFollower):
@@ -176,15 +188,12 @@ class SearchFollower(SightlineFollower):
             c = math.atan2(self.aim[1] - y, self.aim[0] - x)
             if self.grid.segment_free(x, y, x + self.handover * math.cos(c), y + self.handover * math.sin(c)):
                 ax, ay = self.aim
-        d = math.atan2(ay - y, ax - x) - phi
-        bearing = math.atan2(math.sin(d), math.cos(d))  # CCW positive: the aim is to the left
-        if abs(bearing) >= self.half_fov or bearing > self.third:
+        bearing = self._bearing(x, y, phi, ax, ay)
+        if abs(bearing) >= self.half_fov:
             return NavAction.TURN_LEFT
-        if bearing < -self.third:
-            return NavAction.TURN_RIGHT
-        step = self.spec.forward_step
-        if self.grid.segment_free(x, y, x + step * math.cos(phi), y + step * math.sin(phi)):
-            return NavAction.MOVE_FORWARD
+        action = self._steer(x, y, phi, bearing)
+        if action is not None:
+            return action
         if dist <= self.reach:
             return NavAction.STOP
         return ShortestPathFollower.next_action(self, x, y, phi, gx, gy)
