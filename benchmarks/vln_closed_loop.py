@@ -34,25 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 log = logging.getLogger("vln_closed_loop")
 
+from vln_first_action import load_run, quick_backbone  # noqa: E402 - the same run layout and --quick set-up
+
 #: config keys that define the held-out episodes: runs compared on one episode set must agree on them
 EPISODE_KEYS = ("n_scenes", "scene_seed", "seed", "min_distance", "max_distance", "max_steps", "success_distance",
                 "same_room", "goal_side", "image_size")
-
-
-def load_run(run: Path) -> tuple[Any, Path]:
-    """(config, VLM directory) of a finished navigator run; ValueError naming what is missing."""
-    from training.vln.config import VLNTrainConfig
-
-    metrics = run / "metrics.json"
-    model = next((p for p in (run / "final" / "vlm", run / "checkpoint" / "model") if (p / "config.json").is_file()),
-                 None)
-    if not metrics.is_file() or model is None:
-        raise ValueError(f"{run} is not a finished navigator run (needs metrics.json and final/vlm or "
-                         "checkpoint/model)")
-    try:
-        return VLNTrainConfig.from_dict(json.loads(metrics.read_text())["config"]), model
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{metrics}: no readable config ({exc})") from exc
 
 
 def check_same_episodes(cfgs: list[Any], names: list[str]) -> None:
@@ -153,8 +139,6 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="vln_closed_loop_") as tmp:
         if a.quick:
-            from vln_first_action import quick_backbone
-
             cfg, model_dir = quick_backbone(Path(tmp))
             runs = [("untrained", load_vlm(model_dir), cfg.agent_config())]
             names = ["untrained"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Does a trained navigator use what it sees? First-action accuracy on held-out teacher states, split by view.
 
-For a run of ``allday train vln`` (``--run DIR``: its ``model/`` and the config saved in ``metrics.json``), the
+For a run of ``allday train vln`` (``--run DIR``: its model and the config saved in ``metrics.json``), the
 shortest-path follower drives the config's held-out episodes; at every state the navigator sees what it would see
 (frames, instruction, past actions as its config says) and its greedy first action word is compared with the
 teacher's. States are split by whether the goal point lies inside the camera's horizontal field of view: with the
@@ -194,6 +194,25 @@ def scene_question_report(bundle: Any, cfg: Any) -> dict[str, Any]:
     return report(held, answer_hits(bundle, [training_example(bundle, im, q, a) for im, q, a, _ in held], 32))
 
 
+def load_run(run: Path) -> tuple[Any, Path]:
+    """(config, VLM directory) of a finished navigator: an ``allday train vln`` output or a base-navigator cache entry
+    (``metrics.json`` with the config, and ``final/vlm`` or ``checkpoint/model``); ValueError naming what is
+    missing."""
+    from training.vln.config import VLNTrainConfig
+    from training.vln.navigator import checkpoint_dir
+
+    metrics = run / "metrics.json"
+    model = next((p for p in (run / "final" / "vlm", checkpoint_dir(run) / "model") if (p / "config.json").is_file()),
+                 None)
+    if not metrics.is_file() or model is None:
+        raise ValueError(f"{run} is not a finished `allday train vln` run or base-navigator cache entry (needs "
+                         "metrics.json and final/vlm or checkpoint/model)")
+    try:
+        return VLNTrainConfig.from_dict(json.loads(metrics.read_text())["config"]), model
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{metrics}: no readable config ({exc})") from exc
+
+
 def quick_backbone(tmp: Path) -> tuple[Any, Path]:
     """The ``--quick`` set-up: a one-house config with two short held-out episodes, and an untrained tiny backbone
     built under ``tmp``."""
@@ -230,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from agents.vlm.bundle import load_vlm
     from training.vln.config import VLNTrainConfig
-    from training.vln.navigator import checkpoint_dir
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -246,14 +264,10 @@ def main(argv: list[str] | None = None) -> int:
                 p.error(f"--config {a.config}: {exc}")
             model_dir, episodes = None, a.episodes or None
         else:
-            run = Path(a.run)
-            metrics, model_dir = run / "metrics.json", checkpoint_dir(run) / "model"
-            if not metrics.is_file() or not (model_dir / "config.json").is_file():
-                p.error(f"{run} is not a finished `allday train vln` run (needs metrics.json and checkpoint/model/)")
             try:
-                cfg = VLNTrainConfig.from_dict(json.loads(metrics.read_text())["config"])
-            except (json.JSONDecodeError, KeyError) as exc:
-                p.error(f"{metrics}: no readable config ({exc})")
+                cfg, model_dir = load_run(Path(a.run))
+            except ValueError as exc:
+                p.error(str(exc))
             episodes = a.episodes or None
         samples, in_view, visible, words = teacher_states(cfg, episodes, a.progress)
         if model_dir is None:

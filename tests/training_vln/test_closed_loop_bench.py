@@ -76,7 +76,7 @@ def test_runs_on_other_episodes_are_refused(cfg, run_dir, tmp_path, capsys) -> N
 
 
 def test_bad_arguments_are_command_line_errors(tmp_path, capsys) -> None:
-    for argv, msg in ((["--run", str(tmp_path)], "is not a finished navigator run"),
+    for argv, msg in ((["--run", str(tmp_path)], "is not a finished `allday train vln` run"),
                       ([], "give --run"),
                       (["--quick", "--conditions", "dusk"], "unknown ['dusk']"),
                       (["--quick", "--blind", "4,x"], "comma-separated integers"),
