@@ -129,14 +129,16 @@ def generated_first_actions(bundle: Any, cfg: Any, samples: list[Any], batch_siz
     return out
 
 
-def first_action_hits(bundle: Any, cfg: Any, samples: list[Any], batch_size: int = 32) -> list[bool]:
+def first_action_hits(bundle: Any, cfg: Any, samples: list[Any], batch_size: int = 32
+                      ) -> tuple[list[bool], list[str | None] | None]:
     """Per sample: is the navigator's first action the teacher's? The arg-max first answer token, or for
-    ``goal_prefix`` navigators the first action of the greedy answer (after the model's own goal word)."""
+    ``goal_prefix`` navigators the first action of the greedy answer (after the model's own goal word). Second:
+    the goal words the navigator wrote (``goal_prefix`` only, else None)."""
     import torch
 
     if cfg.agent_config().goal_prefix:
         firsts = generated_first_actions(bundle, cfg, samples, batch_size)
-        return [f[1] == teacher_first(s) for f, s in zip(firsts, samples)]
+        return [f[1] == teacher_first(s) for f, s in zip(firsts, samples)], [f[0] for f in firsts]
 
     from agents.vln.processor_vln import VLNProcessor
     from training.vln.trainer import make_batch
@@ -153,14 +155,16 @@ def first_action_hits(bundle: Any, cfg: Any, samples: list[Any], batch_size: int
             for r in range(len(chunk)):
                 pos = int((labels[r] != -100).nonzero()[0])
                 hits.append(bool(logits[r, pos - 1].argmax() == labels[r, pos]))
-    return hits
+    return hits, None
 
 
 def split_report(samples: list[Any], hits: list[bool] | None, in_view: list[bool],
-                 visible: list[bool] | None = None, goal_words: list[str] | None = None) -> dict[str, Any]:
+                 visible: list[bool] | None = None, goal_words: list[str] | None = None,
+                 said: list[str | None] | None = None) -> dict[str, Any]:
     """Accuracy (``hits``; None: teacher only), majority-action accuracy and teacher action counts, overall and per
     view split (goal point in the field of view; with ``visible``, also goal object visible or not); with
-    ``goal_words``, the accuracy of the best policy that knows only the goal word."""
+    ``goal_words`` (where the goal object is, by segmentation), the accuracy of the best policy that knows only the
+    goal word, and with ``said`` (the navigator's own goal words) how often it names the right one."""
     out: dict[str, Any] = {}
     splits = [("all", in_view, lambda v: True), ("goal_in_view", in_view, bool),
               ("goal_out_of_view", in_view, lambda v: not v)]
@@ -180,6 +184,9 @@ def split_report(samples: list[Any], hits: list[bool] | None, in_view: list[bool
             by_word = Counter((goal_words[k], teacher_first(samples[k])) for k in idx)
             best = {w: max(c for (w2, _), c in by_word.items() if w2 == w) for w, _ in by_word}
             out[name]["best_given_goal_word"] = round(sum(best.values()) / len(idx), 3)
+            if said is not None:
+                out[name]["goal_word_accuracy"] = round(sum(said[k] == goal_words[k] for k in idx) / len(idx), 3)
+                out[name]["goal_words_said"] = dict(Counter(str(said[k]) for k in idx))
     return out
 
 
@@ -275,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                       **split_report(samples, None, in_view, visible, words)}
         else:
             bundle = load_vlm(model_dir)
-            hits = first_action_hits(bundle, cfg, samples)
-            report = split_report(samples, hits, in_view, visible, words)
+            hits, said = first_action_hits(bundle, cfg, samples)
+            report = split_report(samples, hits, in_view, visible, words, said)
             if a.scene:
                 report["scene_questions"] = scene_question_report(bundle, cfg)
     for name, r in report.items():

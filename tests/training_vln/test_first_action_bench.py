@@ -69,6 +69,17 @@ def test_best_action_given_the_goal_word() -> None:
     assert same["all"]["best_given_goal_word"] == same["all"]["majority"] == 0.4
 
 
+def test_goal_word_accuracy_of_the_navigator() -> None:
+    samples = [_sample(t) for t in ("forward left", "forward", "left", "right left", "left stop")]
+    words = ["ahead", "ahead", "none", "right", "none"]
+    said = ["ahead", "none", "none", None, "left"]
+    rep = bench.split_report(samples, None, [True, True, True, False, False], goal_words=words, said=said)
+    assert rep["all"]["goal_word_accuracy"] == 0.4
+    assert rep["all"]["goal_words_said"] == {"ahead": 1, "none": 2, "None": 1, "left": 1}
+    assert rep["goal_in_view"]["goal_word_accuracy"] == 0.667 and rep["goal_out_of_view"]["goal_word_accuracy"] == 0.0
+    assert "goal_word_accuracy" not in bench.split_report(samples, None, [True] * 5, goal_words=words)["all"]
+
+
 def test_teacher_only_run_from_a_config(tmp_path, capsys) -> None:
     cfg = tmp_path / "vln.yaml"
     cfg.write_text("n_scenes: 1\nepisodes_per_scene: 1\neval_per_scene: 2\nsame_room: true\nmin_distance: 1.0\n"

@@ -342,10 +342,11 @@ def test_yaml_overrides_and_unknown_keys(tmp_path):
         VLNTrainConfig.from_yaml(p, ["steps"])
 
 
-@pytest.mark.parametrize("name", ["base", "tiny", "same_room", "same_room_scene"])
-def test_shipped_configs_load(name):
-    from pathlib import Path
+VLN_CONFIGS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "vln").glob("*.yaml"))
 
+
+@pytest.mark.parametrize("name", VLN_CONFIGS)
+def test_shipped_configs_load(name):
     c = VLNTrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "vln" / f"{name}.yaml")
     assert c.agent_config().num_future_steps == 4
     if name == "same_room":  # the diagnostic run: bind-grounded 16-token backbone, current frame only
