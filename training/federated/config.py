@@ -8,7 +8,7 @@ Fields (all have defaults; see ``configs/fed/quick.yaml`` and ``docs/federated.m
 - rank (global R), budgets (per-client rank budgets r_i, assigned cyclically by partition id; a deployment
   SuperNode may override its own with ``--node-config "rank-budget=4"``), alpha (LoRA scale s = alpha / R).
 - local_steps, batch_size, lr: the identical local compute budget of every method.
-- weighting ("samples" | "uniform"), seed, round_timeout (s a round waits for replies, simulation and deployment), checkpoint_dir ("" = none), resume.
+- weighting ("samples" | "uniform"), seed, round_timeout (s per round), checkpoint_dir ("" = none), resume.
 - federated_eval: after the last round, every node evaluates the final global model on its local data
   (Flower ``@app.evaluate()``); the accuracies go into the last round's record (``extra["federated_eval"]``).
 - torch_threads: intra-op threads of each process (1: Ray/SuperNodes run one client per CPU; more oversubscribes).
