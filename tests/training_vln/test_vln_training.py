@@ -342,12 +342,12 @@ def test_yaml_overrides_and_unknown_keys(tmp_path):
         VLNTrainConfig.from_yaml(p, ["steps"])
 
 
-VLN_CONFIGS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "vln").glob("*.yaml"))
+VLN_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "vln"
 
 
-@pytest.mark.parametrize("name", VLN_CONFIGS)
+@pytest.mark.parametrize("name", sorted(p.stem for p in VLN_CONFIG_DIR.glob("*.yaml")))
 def test_shipped_configs_load(name):
-    c = VLNTrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "vln" / f"{name}.yaml")
+    c = VLNTrainConfig.from_yaml(VLN_CONFIG_DIR / f"{name}.yaml")
     assert c.agent_config().num_future_steps == 4
     if name == "same_room":  # the diagnostic run: bind-grounded 16-token backbone, current frame only
         assert c.same_room and c.tiny["patch_size"] == 16 and c.agent_config().num_history == 0
