@@ -61,7 +61,8 @@ def test_frame_questions_skip_ambiguous_labels_and_add_out_of_view_ones() -> Non
                                       ({"min_pixels": 0}, "min_pixels"), ({"lrr": 1.0}, "lrr"),
                                       ({"stages": [[5, "left right"]]}, "stages"),
                                       ({"stages": [[20, "up down"]]}, "stages"), ({"stages": []}, "stages"),
-                                      ({"stages": "fine_to_coarse"}, "unknown preset")])
+                                      ({"stages": "fine_to_coarse"}, "unknown preset"), ({"draws": 0}, "draws"),
+                                      ({"accept": 1.5}, "accept")])
 def test_config_validation(kw, field) -> None:
     with pytest.raises((ValueError, TypeError), match=field):
         sg.SceneGroundingConfig.from_dict(kw)
@@ -144,6 +145,51 @@ def test_backbone_scene_grounding_trains_and_reports(nav_cfg, tmp_path) -> None:
     assert first["answers"] == "left right" and last["answers"] == "left ahead right none"
     assert {a for a, share in first["held_out"]["answer_share"].items() if share > 0} <= {"left", "right"}
     assert last["held_out"]["n"] == res["held_out"]["n"]
+
+
+def _guarded(nav_cfg: VLNTrainConfig, draws: int, accept: float) -> VLNTrainConfig:
+    return VLNTrainConfig(**{**nav_cfg.to_dict(), "scene_grounding": {**nav_cfg.scene_grounding, "draws": draws,
+                                                                      "accept": accept}})
+
+
+def test_backbone_guard_keeps_the_best_draw_on_validation_episodes(nav_cfg, tmp_path) -> None:
+    """An unreachable bar: every draw is tried, each scored on the validation episodes' questions (not the training
+    or evaluation ones), and the saved backbone is the best draw, not the last."""
+    import json
+
+    from agents.vlm.bundle import load_vlm
+    from training.vln.backbone import build_backbone, scene_accuracy
+
+    cfg = _guarded(nav_cfg, 3, 1.0)
+    val = sg.make_scene_set(cfg, "val", cfg.scene_grounding_config())
+    held = sg.make_scene_set(cfg, "eval", cfg.scene_grounding_config())
+    assert val and {f.tobytes() for f, *_ in val}.isdisjoint({f.tobytes() for f, *_ in held})
+    build_backbone(cfg, tmp_path / "b", ["go to the red sofa"])
+    d = json.loads((tmp_path / "b" / "grounding.json").read_text())["draws"]
+    accs = [t["val_accuracy"] for t in d["tried"]]
+    assert [t["draw"] for t in d["tried"]] == list(range(len(accs))) and all(t["n"] == len(val) for t in d["tried"])
+    assert len(accs) == 3 or accs[-1] >= 1.0  # drawing stops only at the bar
+    assert len(set(accs)) > 1  # draws differ (new weights, squares and batch order)
+    assert d["chosen"] == int(np.argmax(accs)) and d["accepted"] == (max(accs) >= 1.0)
+    saved = scene_accuracy(load_vlm(tmp_path / "b"), val, 8)
+    assert saved == pytest.approx(max(accs), abs=1e-4)
+
+
+def test_backbone_guard_stops_at_the_first_accepted_draw_which_is_the_unguarded_backbone(nav_cfg, tmp_path) -> None:
+    """A bar every draw passes: one draw, identical to the backbone built without the guard (old configs and
+    cached navigators keep their weights)."""
+    import json
+
+    from agents.vlm.bundle import load_vlm
+    from training.vln.backbone import build_backbone
+
+    build_backbone(_guarded(nav_cfg, 3, 0.0), tmp_path / "g", ["go to the red sofa"])
+    d = json.loads((tmp_path / "g" / "grounding.json").read_text())["draws"]
+    assert len(d["tried"]) == 1 and d["chosen"] == 0 and d["accepted"]
+    build_backbone(nav_cfg, tmp_path / "p", ["go to the red sofa"])
+    assert "draws" not in json.loads((tmp_path / "p" / "grounding.json").read_text())
+    a, b = load_vlm(tmp_path / "g").model.state_dict(), load_vlm(tmp_path / "p").model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_cotraining_mixes_scene_questions_into_imitation_batches(tmp_path) -> None:

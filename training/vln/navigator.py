@@ -26,6 +26,7 @@ from sim.core.env import NavEnvConfig
 from sim.core.episodes import Episode, GroundTruth
 from sim.nav.env import MujocoNavEnv
 from sim.nav.episode_gen import EpisodeGenConfig, generate_episodes, scene_list
+from training.vln.backbone import SCENE_SET, build_backbone
 from training.vln.config import VLNTrainConfig
 from training.vln.data import Sample, collect
 from training.vln.trainer import Imitation
@@ -34,19 +35,20 @@ log = logging.getLogger(__name__)
 STATE = "state.json"
 CHECKPOINT = "checkpoint"
 DONE = "DONE"
-SCENE_SET = "scene_questions.npz"  # the training scene questions, kept for co-training
 
 
 # ------------------------------------------------------------------------------------------------ episodes / envs
 def make_episodes(cfg: VLNTrainConfig, split: str, per_scene: int | None = None, scenes: list[int] | None = None,
                   progress: bool = False, seed_offset: int = 0) -> tuple[list[Episode], dict[str, GroundTruth]]:
-    """``train``/``eval``/``dagger``/``task`` episodes (disjoint seeds, ``seed_offset`` shifts them further) in the
-    config's houses (or the ``scenes`` subset, by index)."""
-    offsets = {"train": 0, "eval": 7919, "dagger": 15887, "task": 23873}
+    """``train``/``eval``/``dagger``/``task``/``val`` episodes (disjoint seeds, ``seed_offset`` shifts them
+    further) in the config's houses (or the ``scenes`` subset, by index). ``val``: as many as ``eval``, for choices
+    made before evaluation (the backbone guard, :mod:`training.vln.backbone`)."""
+    offsets = {"train": 0, "eval": 7919, "dagger": 15887, "task": 23873, "val": 31847}
     if split not in offsets:
         raise ValueError(f"split must be one of {sorted(offsets)}, got {split!r}")
     n = per_scene or {"train": cfg.episodes_per_scene, "eval": cfg.eval_per_scene,
-                      "dagger": cfg.dagger_episodes_per_scene, "task": cfg.eval_per_scene}[split]
+                      "dagger": cfg.dagger_episodes_per_scene, "task": cfg.eval_per_scene,
+                      "val": cfg.eval_per_scene}[split]
     bad = [i for i in (scenes or []) if not 0 <= i < cfg.n_scenes]
     if bad:
         raise ValueError(f"unknown scene index {bad}: the config has {cfg.n_scenes} scenes (0..{cfg.n_scenes - 1})")
@@ -84,37 +86,6 @@ def evaluate_policy(policy: Any, cfg: VLNTrainConfig, episodes: list[Episode], g
     finally:
         env.close()
     return agg
-
-
-# ------------------------------------------------------------------------------------------------ backbone
-def build_backbone(cfg: VLNTrainConfig, out_dir: Path, corpus: list[str]) -> Path:
-    """The VLM directory to start from: ``cfg.vlm_path`` as given, or a tiny random-weight model built into
-    ``out_dir``, then pre-trained there on generated squares (``cfg.grounding``) and on scene questions about the
-    simulator's frames (``cfg.scene_grounding``) when set; their held-out results go to ``out_dir/grounding.json``."""
-    if cfg.vlm_path is not None:
-        return Path(cfg.vlm_path)
-    from agents.vlm.bundle import build_tiny_vlm, load_vlm
-    from training.vlm.grounding import grounding_corpus, pretrain_grounding
-    from training.vln.scene_grounding import pretrain_scene_grounding, scene_grounding_corpus
-
-    words = ["forward left right stop past: next: none."]
-    grounding, scene = cfg.grounding_config(), cfg.scene_grounding_config()
-    extra = (grounding_corpus() if grounding else []) + (scene_grounding_corpus() if scene else [])
-    path = build_tiny_vlm(out_dir, family=cfg.family, image_size=cfg.image_size, overwrite=True,
-                          corpus=words + corpus[:400] + extra, seed=cfg.seed, **cfg.tiny)
-    if grounding is None and scene is None:
-        return path
-    bundle = load_vlm(path)
-    results: dict[str, Any] = {}
-    if grounding is not None:
-        results["grounding"] = pretrain_grounding(bundle, grounding)
-        log.info("grounding pre-training of the backbone: %s", results["grounding"]["stages"])
-    if scene is not None:
-        results["scene_grounding"] = pretrain_scene_grounding(bundle, cfg, scene, cache=Path(out_dir) / SCENE_SET)
-    bundle.model.save_pretrained(str(path))
-    bundle.processor.save_pretrained(str(path))
-    (Path(out_dir) / "grounding.json").write_text(json.dumps(results, indent=1, default=float))
-    return path
 
 
 def save_samples(path: Path, samples: list[Sample]) -> None:

@@ -43,7 +43,10 @@ class SceneGroundingConfig:
     Training: ``steps`` of batch ``batch_size`` at ``lr`` per stage. ``stages`` is a curriculum, a list of
     ``[min_pixels, "answers"]`` (only questions about objects of at least that many pixels, with one of those
     answers), or a preset name from ``STAGE_PRESETS``; None is one stage of every question. ``cotrain``: the
-    fraction of every imitation batch of the navigator that is scene questions (0: pre-training only)."""
+    fraction of every imitation batch of the navigator that is scene questions (0: pre-training only).
+
+    Backbone guard (:mod:`training.vln.backbone`): the tiny backbone is drawn again, up to ``draws`` times, while
+    its accuracy on the scene questions of the validation episodes is under ``accept``; the best draw is kept."""
 
     steps: int = 1500
     batch_size: int = 32
@@ -54,11 +57,15 @@ class SceneGroundingConfig:
     stages: list[list[Any]] | str | None = None
     cotrain: float = 0.0
     seed: int = 0
+    draws: int = 1
+    accept: float = 0.0
 
     def __post_init__(self) -> None:
         check_ints(self, {"steps": (0, 10**7), "batch_size": (1, 4096), "episodes_per_scene": (1, 100000),
-                          "min_pixels": (1, 10**6), "seed": (0, 2**31 - 1)}, "SceneGroundingConfig.")
-        check_numbers(self, {"lr": (1e-9, 10.0), "none_fraction": (0.0, 0.9), "cotrain": (0.0, 0.9)},
+                          "min_pixels": (1, 10**6), "seed": (0, 2**31 - 1),
+                          "draws": (1, 100)}, "SceneGroundingConfig.")
+        check_numbers(self, {"lr": (1e-9, 10.0), "none_fraction": (0.0, 0.9), "cotrain": (0.0, 0.9),
+                              "accept": (0.0, 1.0)},
                       "SceneGroundingConfig.")
         self.stage_list()  # validates the curriculum
 
@@ -142,8 +149,9 @@ def scene_set_key(nav_cfg: Any, split: str, cfg: SceneGroundingConfig) -> str:
 def make_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progress: bool = False,
                    cache: Path | None = None) -> list[tuple[np.ndarray, str, str, int]]:
     """(frame, question, answer, object pixels) from follower rollouts of ``split`` episodes (``train``: the first
-    ``episodes_per_scene`` per scene; ``eval``: the navigator's held-out episodes), normal lighting. ``cache``: an
-    ``.npz`` reused when it holds the set of the same :func:`scene_set_key`, else (re)written."""
+    ``episodes_per_scene`` per scene; ``eval``: the navigator's held-out episodes; ``val``: validation episodes),
+    normal lighting. ``cache``: an ``.npz`` reused when it holds the set of the same :func:`scene_set_key`, else
+    (re)written."""
     key = scene_set_key(nav_cfg, split, cfg)
     if cache is not None and Path(cache).is_file():
         try:
@@ -170,7 +178,7 @@ def _build_scene_set(nav_cfg: Any, split: str, cfg: SceneGroundingConfig, progre
     per_scene = cfg.episodes_per_scene if split == "train" else None
     eps, gts = make_episodes(nav_cfg, split, per_scene=per_scene)
     env = make_env(nav_cfg, "normal", eps, gts)
-    asker = FrameQuestions(cfg, cfg.seed * 7919 + (split == "eval"))
+    asker = FrameQuestions(cfg, cfg.seed * 7919 + {"train": 0, "eval": 1}.get(split, 2))
     try:
         samples = collect(env, range(len(eps)), nav_cfg.agent_config(), nav_cfg.image_size, progress=progress,
                           keep_frames=True, on_state=asker, teacher=nav_cfg.teacher)
@@ -231,11 +239,12 @@ def _in_stage(item: tuple[np.ndarray, str, str, int], stage: tuple[int, tuple[st
 
 
 def pretrain_scene_grounding(bundle: Any, nav_cfg: Any, cfg: SceneGroundingConfig,
-                             progress: bool = True, cache: Path | None = None) -> dict[str, Any]:
+                             progress: bool = True, cache: Path | None = None, draw: int = 0) -> dict[str, Any]:
     """Train all of ``bundle.model`` on the scene questions, stage by stage; returns, per stage and at the end,
     held-out (eval episodes) accuracy per answer against the majority answer's share, and training-set accuracy at
     the end. The model is left in eval mode. ``cache``: where the training questions are kept (co-training reuses
-    them, :func:`make_scene_set`)."""
+    them, :func:`make_scene_set`). ``draw``: the backbone guard's draw; a later one takes its batches in another
+    order."""
     import torch
 
     from agents.vlm import training_example
@@ -251,7 +260,7 @@ def pretrain_scene_grounding(bundle: Any, nav_cfg: Any, cfg: SceneGroundingConfi
     for p in bundle.model.parameters():
         p.requires_grad_(True)
     opt = torch.optim.AdamW(bundle.model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(cfg.seed if draw == 0 else [cfg.seed, draw])
     stages, losses = [], []
     for k, stage in enumerate(cfg.stage_list()):
         idx = [i for i, it in enumerate(train) if _in_stage(it, stage)]
