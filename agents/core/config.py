@@ -48,20 +48,44 @@ def check_numbers(obj: Any, ranges: dict[str, tuple[float, float]], owner: str =
             raise ValueError(f"{owner}{name} must be a number in [{lo}, {hi}], got {v!r}")
 
 
-def read_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
-    """The top-level mapping of the YAML file ``path``; FileNotFoundError / ValueError naming ``what``."""
+EXTENDS = "extends"  # a config file's key naming the file it starts from
+
+
+def merge_mappings(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``top``: mappings on both sides merge key by key, any other value of ``top`` (a list,
+    a number, null) replaces ``base``'s."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = merge_mappings(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml_mapping(path: str | Path, what: str = "config", _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The top-level mapping of the YAML file ``path``; FileNotFoundError / ValueError naming ``what``.
+
+    ``extends: other.yaml`` (relative to the file) starts from that file's mapping (itself read this way) and
+    applies this file's keys on top (:func:`merge_mappings`): a variant names only what it changes."""
     import yaml
 
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{what} not found: {p}")
+        raise FileNotFoundError(f"{what} not found: {p}" + (f" (extended by {_chain[-1]})" if _chain else ""))
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ValueError(f"{p}: not valid YAML ({exc})") from exc
     if not isinstance(data, dict):
         raise ValueError(f"{p}: top level must be a mapping of {what} fields")
-    return data
+    if EXTENDS not in data:
+        return data
+    parent = data.pop(EXTENDS)
+    if not isinstance(parent, str) or not parent.strip():
+        raise ValueError(f"{p}: {EXTENDS} must be the path of a YAML file (relative to {p.parent}), got {parent!r}")
+    chain = (*_chain, p.resolve())
+    target = (p.parent / parent).resolve()
+    if target in chain:
+        raise ValueError(f"{p}: {EXTENDS} makes a cycle: {' -> '.join(str(c) for c in (*chain, target))}")
+    return merge_mappings(read_yaml_mapping(target, what, chain), data)
 
 
 def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any], ignore: Iterable[str] = (),

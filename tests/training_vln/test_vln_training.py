@@ -343,6 +343,10 @@ def test_yaml_overrides_and_unknown_keys(tmp_path):
 
 
 VLN_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "vln"
+#: cache keys of the base navigators docs/alldaywalker.md and docs/results.md report on: a config edit (or a change
+#: to ``extends:``) that changes them makes the lifelong benchmark retrain its base without saying so
+DOCUMENTED_FINGERPRINTS = {"same_room_scene": "03646046f029", "search_teacher": "e0987d29c7f3",
+                           "search_fine_patches": "c1beb5904fbd"}
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in VLN_CONFIG_DIR.glob("*.yaml")))
@@ -352,6 +356,11 @@ def test_shipped_configs_load(name):
     if name == "same_room":  # the diagnostic run: bind-grounded 16-token backbone, current frame only
         assert c.same_room and c.tiny["patch_size"] == 16 and c.agent_config().num_history == 0
         assert c.grounding_config().stage_list()[-1] == (12, 2, 1.0, "side_of")
+    if name in DOCUMENTED_FINGERPRINTS:
+        assert c.fingerprint() == DOCUMENTED_FINGERPRINTS[name]
+    if name == "search_fine_patches":  # extends search_teacher.yaml -> same_room_scene.yaml -> same_room.yaml
+        assert c.tiny["patch_size"] == 8 and c.tiny["hidden_size"] == 128 and c.teacher == "search"
+        assert c.agent_config().goal_prefix and c.scene_grounding_config().cotrain == 0.3
 
 
 def test_unknown_scene_ids(cfg):
