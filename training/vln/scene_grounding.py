@@ -62,11 +62,10 @@ class SceneGroundingConfig:
 
     def __post_init__(self) -> None:
         check_ints(self, {"steps": (0, 10**7), "batch_size": (1, 4096), "episodes_per_scene": (1, 100000),
-                          "min_pixels": (1, 10**6), "seed": (0, 2**31 - 1),
-                          "draws": (1, 100)}, "SceneGroundingConfig.")
+                          "min_pixels": (1, 10**6), "seed": (0, 2**31 - 1), "draws": (1, 100)},
+                   "SceneGroundingConfig.")
         check_numbers(self, {"lr": (1e-9, 10.0), "none_fraction": (0.0, 0.9), "cotrain": (0.0, 0.9),
-                              "accept": (0.0, 1.0)},
-                      "SceneGroundingConfig.")
+                             "accept": (0.0, 1.0)}, "SceneGroundingConfig.")
         self.stage_list()  # validates the curriculum
 
     def stage_list(self) -> list[tuple[int, tuple[str, ...]]]:
