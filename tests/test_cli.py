@@ -29,7 +29,8 @@ def test_help_everywhere():
     for argv in (["--help"], ["sim", "--help"], ["sim", "episodes", "--help"], ["sim", "eval", "--help"],
                  ["sim", "render", "--help"], ["sim", "bench", "--help"], ["demo", "--help"], ["bringup", "--help"],
                  ["train", "--help"], ["quantize", "--help"], ["export-onnx", "--help"], ["fed", "--help"],
-                 ["fed", "run", "--help"], ["vla", "--help"], ["vla", "init-tiny", "--help"], ["vla", "act", "--help"]):
+                 ["fed", "run", "--help"], ["vla", "--help"], ["vla", "init-tiny", "--help"], ["vla", "act", "--help"],
+                 ["config", "--help"], ["config", "show", "--help"]):
         with pytest.raises(SystemExit) as exc:
             build_parser().parse_args(argv)
         assert exc.value.code == 0
@@ -122,3 +123,22 @@ def test_unknown_condition_rejected(dataset):
     with pytest.raises(SystemExit) as exc:
         main(["sim", "eval", "--agent", "oracle", "--episodes", str(dataset), "--condition", "foggy"])
     assert exc.value.code == 2
+
+
+def test_config_show_resolves_extends_overrides_and_defaults(capsys):
+    import yaml
+
+    from training.vln.config import VLNTrainConfig
+
+    path = ROOT / "configs" / "vln" / "search_fine_patches.yaml"
+    assert main(["config", "show", "vln", "--config", str(path), "--set", "seed=3"]) == 0
+    out = capsys.readouterr().out
+    shown = yaml.safe_load(out)
+    want = VLNTrainConfig.from_yaml(path, ["seed=3"])
+    assert shown == want.to_dict() and shown["seed"] == 3 and shown["tiny"]["patch_size"] == 8
+    assert shown["teacher"] == "search" and shown["dagger_steps"] == 300  # from the parent file / a default
+    assert out.strip().splitlines()[-1] == f"# fingerprint (cache key): {want.fingerprint()}"
+    assert main(["config", "show", "fed", "--config", str(ROOT / "configs" / "fed" / "quick.yaml")]) == 0
+    assert "fingerprint" not in capsys.readouterr().out
+    assert main(["config", "show", "vln", "--config", str(path), "--set", "lr=-1"]) == 2
+    assert "lr must be" in capsys.readouterr().err

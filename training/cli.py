@@ -22,6 +22,7 @@ COMMANDS.register("train")("training.commands.train:add_parser")
 COMMANDS.register("vla")("training.commands.vla:add_parser")
 COMMANDS.register("quantize")("training.commands.quantize:add_parser")  # quantize + export-onnx
 COMMANDS.register("fed")("training.commands.fed:add_parser")
+COMMANDS.register("config")("training.commands.config:add_parser")
 
 
 def build_parser() -> argparse.ArgumentParser:
