@@ -21,6 +21,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 SCENE_SET = "scene_questions.npz"  # the training scene questions, kept for co-training
+HELD_SET = "scene_questions_eval.npz"  # the held-out ones, kept while the guard draws again
 GROUNDING_JSON = "grounding.json"
 DRAW_SEED_STRIDE = 1000  # draw k initialises the tiny model with seed + k * stride
 
@@ -34,26 +35,69 @@ def scene_accuracy(bundle: Any, items: list[tuple[np.ndarray, str, str, int]], b
     return float(np.mean(hits)) if hits else float("nan")
 
 
-def _draw(cfg: Any, out_dir: Path, corpus: list[str], k: int) -> tuple[Any, dict[str, Any]]:
-    """Draw ``k`` of the backbone: built into ``out_dir`` and pre-trained; returns (bundle, results)."""
-    from agents.vlm.bundle import build_tiny_vlm, load_vlm
-    from training.vlm.grounding import grounding_corpus, pretrain_grounding
-    from training.vln.scene_grounding import pretrain_scene_grounding, scene_grounding_corpus
+BASE_WORDS = ["forward left right stop past: next: none."]  # action words every navigator's tokenizer must know
+
+
+def _tiny(cfg: Any, out_dir: Path, corpus: list[str], k: int) -> Path:
+    """Draw ``k``'s random-weight tiny VLM, its tokenizer trained on the words it will see, written to ``out_dir``."""
+    from agents.vlm.bundle import build_tiny_vlm
+    from training.vlm.grounding import grounding_corpus
+    from training.vln.scene_grounding import scene_grounding_corpus
+
+    extra = (grounding_corpus() if cfg.grounding_config() else []) + \
+        (scene_grounding_corpus() if cfg.scene_grounding_config() else [])
+    return build_tiny_vlm(out_dir, family=cfg.family, image_size=cfg.image_size, overwrite=True,
+                          corpus=BASE_WORDS + corpus[:400] + extra, seed=cfg.seed + k * DRAW_SEED_STRIDE, **cfg.tiny)
+
+
+def _draw(cfg: Any, out_dir: Path, corpus: list[str], k: int, held_cache: Path | None = None
+          ) -> tuple[Any, dict[str, Any]]:
+    """Draw ``k`` of the backbone: built into ``out_dir`` and pre-trained; returns (bundle, results).
+    ``held_cache``: where the held-out scene questions are kept between draws."""
+    from agents.vlm.bundle import load_vlm
+    from training.vlm.grounding import pretrain_grounding
+    from training.vln.scene_grounding import pretrain_scene_grounding
 
     grounding, scene = cfg.grounding_config(), cfg.scene_grounding_config()
-    words = ["forward left right stop past: next: none."]
-    extra = (grounding_corpus() if grounding else []) + (scene_grounding_corpus() if scene else [])
-    path = build_tiny_vlm(out_dir, family=cfg.family, image_size=cfg.image_size, overwrite=True,
-                          corpus=words + corpus[:400] + extra, seed=cfg.seed + k * DRAW_SEED_STRIDE, **cfg.tiny)
-    bundle = load_vlm(path)
+    bundle = load_vlm(_tiny(cfg, out_dir, corpus, k))
     results: dict[str, Any] = {}
     if grounding is not None:
         results["grounding"] = pretrain_grounding(bundle, dataclasses.replace(grounding, seed=grounding.seed + k))
         log.info("grounding pre-training of the backbone: %s", results["grounding"]["stages"])
     if scene is not None:
         results["scene_grounding"] = pretrain_scene_grounding(bundle, cfg, scene, cache=Path(out_dir) / SCENE_SET,
-                                                              draw=k)
+                                                              draw=k, held_cache=held_cache)
     return bundle, results
+
+
+def _guarded_draws(cfg: Any, out_dir: Path, corpus: list[str], scene: Any) -> tuple[Any, dict[str, Any]]:
+    """Draw until one reaches ``scene.accept`` on the validation questions or ``scene.draws`` are spent; returns
+    the bundle holding the best draw's weights and that draw's results, with every draw's score under ``draws``."""
+    from training.vln.scene_grounding import make_scene_set
+
+    val = make_scene_set(cfg, "val", scene)
+    if not val:
+        raise ValueError("no scene questions on the validation episodes: the backbone guard cannot score draws")
+    best_acc, best_k, best_state, best_results = -1.0, -1, {}, {}
+    tried: list[dict[str, Any]] = []
+    for k in range(scene.draws):
+        bundle, results = _draw(cfg, out_dir, corpus, k, held_cache=out_dir / HELD_SET)
+        acc = scene_accuracy(bundle, val, scene.batch_size)
+        tried.append({"draw": k, "val_accuracy": round(acc, 4), "n": len(val)})
+        log.info("backbone draw %d: validation scene accuracy %.3f (accept >= %.3f)", k, acc, scene.accept)
+        if acc > best_acc:
+            best_acc, best_k, best_results = acc, k, results
+            best_state = {n: t.detach().clone() for n, t in bundle.model.state_dict().items()}
+        if acc >= scene.accept:
+            break
+    if best_k != tried[-1]["draw"]:
+        bundle.model.load_state_dict(best_state)
+    if best_acc < scene.accept:
+        log.warning("no backbone draw of %d reached validation scene accuracy %.3f; keeping draw %d (%.3f)",
+                    len(tried), scene.accept, best_k, best_acc)
+    best_results["draws"] = {"accept": scene.accept, "chosen": best_k, "accepted": best_acc >= scene.accept,
+                             "tried": tried}
+    return bundle, best_results
 
 
 def build_backbone(cfg: Any, out_dir: Path, corpus: list[str]) -> Path:
@@ -62,46 +106,14 @@ def build_backbone(cfg: Any, out_dir: Path, corpus: list[str]) -> Path:
     with their held-out results (and every draw's validation accuracy) in ``out_dir/grounding.json``."""
     if cfg.vlm_path is not None:
         return Path(cfg.vlm_path)
-    from agents.vlm.bundle import build_tiny_vlm
-
     out_dir = Path(out_dir)
     scene = cfg.scene_grounding_config()
     if cfg.grounding_config() is None and scene is None:
-        words = ["forward left right stop past: next: none."]
-        return build_tiny_vlm(out_dir, family=cfg.family, image_size=cfg.image_size, overwrite=True,
-                              corpus=words + corpus[:400], seed=cfg.seed, **cfg.tiny)
-    guarded = scene is not None and (scene.draws > 1 or scene.accept > 0)
-    val: list[Any] = []
-    if guarded:
-        from training.vln.scene_grounding import make_scene_set
-
-        val = make_scene_set(cfg, "val", scene)
-        if not val:
-            raise ValueError("no scene questions on the validation episodes: the backbone guard cannot score draws")
-    best: tuple[float, int, dict[str, Any], dict[str, Any]] | None = None
-    draws: list[dict[str, Any]] = []
-    bundle = None
-    for k in range(scene.draws if guarded else 1):
-        bundle, results = _draw(cfg, out_dir, corpus, k)
-        if not guarded:
-            best = (float("nan"), k, {}, results)
-            break
-        acc = scene_accuracy(bundle, val, scene.batch_size)
-        draws.append({"draw": k, "val_accuracy": round(acc, 4), "n": len(val)})
-        log.info("backbone draw %d: validation scene accuracy %.3f (accept >= %.3f)", k, acc, scene.accept)
-        if best is None or acc > best[0]:
-            best = (acc, k, {n: t.detach().clone() for n, t in bundle.model.state_dict().items()}, results)
-        if acc >= scene.accept:
-            break
-    assert best is not None and bundle is not None
-    acc, k, state, results = best
-    if guarded:
-        if draws[-1]["draw"] != k:
-            bundle.model.load_state_dict(state)
-        results["draws"] = {"accept": scene.accept, "chosen": k, "accepted": acc >= scene.accept, "tried": draws}
-        if acc < scene.accept:
-            log.warning("no backbone draw of %d reached validation scene accuracy %.3f; keeping draw %d (%.3f)",
-                        len(draws), scene.accept, k, acc)
+        return _tiny(cfg, out_dir, corpus, 0)
+    if scene is not None and (scene.draws > 1 or scene.accept > 0):
+        bundle, results = _guarded_draws(cfg, out_dir, corpus, scene)
+    else:
+        bundle, results = _draw(cfg, out_dir, corpus, 0)
     bundle.model.save_pretrained(str(out_dir))
     bundle.processor.save_pretrained(str(out_dir))
     (out_dir / GROUNDING_JSON).write_text(json.dumps(results, indent=1, default=float))

@@ -238,19 +238,20 @@ def _in_stage(item: tuple[np.ndarray, str, str, int], stage: tuple[int, tuple[st
 
 
 def pretrain_scene_grounding(bundle: Any, nav_cfg: Any, cfg: SceneGroundingConfig,
-                             progress: bool = True, cache: Path | None = None, draw: int = 0) -> dict[str, Any]:
+                             progress: bool = True, cache: Path | None = None, draw: int = 0,
+                             held_cache: Path | None = None) -> dict[str, Any]:
     """Train all of ``bundle.model`` on the scene questions, stage by stage; returns, per stage and at the end,
     held-out (eval episodes) accuracy per answer against the majority answer's share, and training-set accuracy at
     the end. The model is left in eval mode. ``cache``: where the training questions are kept (co-training reuses
-    them, :func:`make_scene_set`). ``draw``: the backbone guard's draw; a later one takes its batches in another
-    order."""
+    them, :func:`make_scene_set`); ``held_cache``: the same for the held-out questions (the guard's later draws reuse
+    them). ``draw``: the backbone guard's draw; a later one takes its batches in another order."""
     import torch
 
     from agents.vlm import training_example
     from training.vlm.grounding import answer_hits, fit_examples
 
     train = make_scene_set(nav_cfg, "train", cfg, progress, cache)
-    held = make_scene_set(nav_cfg, "eval", cfg, progress)
+    held = make_scene_set(nav_cfg, "eval", cfg, progress, held_cache)
     if not train or not held:
         raise ValueError(f"no scene-grounding questions ({len(train)} train, {len(held)} held-out): the episodes "
                          "name no visible objects")
