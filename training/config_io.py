@@ -4,6 +4,7 @@ mappings: ``tiny.patch_size=8``)."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 from typing import Any
 
@@ -11,7 +12,7 @@ import yaml
 
 from agents.core.config import read_yaml_mapping
 
-__all__ = ["apply_overrides", "override_value", "read_yaml_mapping"]
+__all__ = ["add_override_argument", "apply_overrides", "override_value", "read_yaml_mapping"]
 
 
 def override_value(raw: str, item: str) -> Any:
@@ -20,6 +21,12 @@ def override_value(raw: str, item: str) -> Any:
         return yaml.safe_load(raw)
     except yaml.YAMLError as exc:
         raise ValueError(f"override {item!r}: value is not valid YAML ({exc})") from exc
+
+
+def add_override_argument(parser: argparse.ArgumentParser, example: str = "") -> None:
+    """The commands' repeatable ``--set KEY=VALUE`` (into ``args.overrides``); ``example``: shown in the help."""
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field (repeatable)" + (f", e.g. {example}" if example else ""))
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from agents.core.registry import Registry
+from training.config_io import add_override_argument
 
 #: config kind -> "module:function(path, overrides) -> config object with to_dict()"
 CONFIG_KINDS: Registry[str] = Registry("config kind")
@@ -45,6 +46,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     show = csub.add_parser("show", help="print the resolved config as YAML", description=__doc__)
     show.add_argument("kind", choices=list(CONFIG_KINDS), help="what the config is for")
     show.add_argument("--config", required=True, help="YAML config (see configs/<kind>/)")
-    show.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                      help="override a field (repeatable), as the run's --set")
+    add_override_argument(show, "--set seed=1 (as the run's --set)")
     show.set_defaults(func=_show)

@@ -16,6 +16,8 @@ import logging
 import tempfile
 from pathlib import Path
 
+from training.config_io import add_override_argument
+
 log = logging.getLogger(__name__)
 
 
@@ -60,7 +62,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--nodes", type=int, default=None,
                    help="SuperNodes (deployment, default 2) / virtual clients (simulation, default num_clients)")
     r.add_argument("--workdir", default=None, help="folder for FLWR_HOME, Ray/Flower temp files and logs")
-    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field (repeatable), e.g. --set split=iid or --set client.lr=0.001")
+    add_override_argument(r, "--set split=iid or --set client.lr=0.001")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     r.set_defaults(func=_run)

@@ -10,6 +10,7 @@ import importlib
 from collections.abc import Callable
 
 from agents.core.registry import Registry
+from training.config_io import add_override_argument
 
 #: target -> "module:function"; the function takes the parsed arguments and returns an exit code
 TRAIN_TARGETS: Registry[str] = Registry("train target")
@@ -30,7 +31,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", required=True, help="YAML config (see configs/<target>/)")
     p.add_argument("--out", default=None, help="output directory (overrides the config's)")
     p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in the output directory")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field (repeatable), e.g. --set max_steps=10")
+    add_override_argument(p, "--set max_steps=10")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_run)

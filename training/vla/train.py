@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from agents.core.io import atomic_dir, read_json_object, write_text
+from training.config_io import add_override_argument
 from training.vla.config import VLATrainConfig
 from training.vla.trainer import LoopSettings, train_loop
 
@@ -178,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="YAML config (configs/vla/*.yaml)")
     p.add_argument("--out", default=None, help="output directory (overrides the config's out_dir)")
     p.add_argument("--resume", action="store_true", help="resume from the newest checkpoint in the output directory")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field (repeatable)")
+    add_override_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 
+from training.config_io import add_override_argument
 from training.vln.config import VLNTrainConfig
 from training.vln.navigator import train_navigator
 
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True)
     p.add_argument("--out", default=None)
     p.add_argument("--resume", action="store_true")
-    p.add_argument("--set", dest="overrides", action="append", default=[])
+    add_override_argument(p)
     p.add_argument("--quiet", action="store_true")
     return run_from_args(p.parse_args(argv))
 
