@@ -243,6 +243,11 @@ class AlldayWalkerPolicy(Policy):
             activator = TuckerExpertBank.load(path)
             activator.attach(bundle.model)
             router = PrototypeTable.load(path) if (path / PROTOTYPES_NAME).is_file() else _NoPrototypes()
+            if isinstance(router, PrototypeTable) and (router.num_experts[0] > activator.num_scenes or
+                                                       router.num_experts[1] > activator.num_envs):
+                raise ValueError(f"corrupt navigator checkpoint {path}: its prototypes route to {router.num_experts} "
+                                 f"(scene, environment) experts, its expert bank has {activator.num_scenes} x "
+                                 f"{activator.num_envs}")
         return cls(bundle, cfg, router=router, activator=activator)
 
 

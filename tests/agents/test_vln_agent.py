@@ -241,3 +241,31 @@ def test_vln_node_registry_serves_the_navigator(vlm_dir, frame, tmp_path, monkey
         make_policy("alldaywalker", {"checkpoint": ""})
     with pytest.raises(FileNotFoundError):
         make_policy("alldaywalker", {"checkpoint": str(tmp_path / "missing")})
+
+
+def test_prototype_table_with_several_prototypes_per_expert(tmp_path):
+    basis = torch.eye(3)
+    # scene 0 has two prototypes, on either side of scene 1's
+    table = PrototypeTable(torch.stack([basis[0], basis[1], -basis[0]]), basis[:2], scene_labels=[0, 1, 0])
+    assert table.route(-basis[0])[0] == 0 and table.route(basis[0])[0] == 0 and table.route(basis[1])[0] == 1
+    assert table.num_experts == (2, 2)
+    table.save(tmp_path)
+    again = PrototypeTable.load(tmp_path)
+    assert again.scene_labels.tolist() == [0, 1, 0] and again.env_labels.tolist() == [0, 1]
+    assert again.route(-basis[0]) == table.route(-basis[0])
+    for bad in ([0, 1], [0.0, 1.0, 0.0], [0, -1, 0]):
+        with pytest.raises(ValueError, match="scene_labels must be 3 expert ids"):
+            PrototypeTable(torch.stack([basis[0], basis[1], -basis[0]]), basis[:2], scene_labels=bad)
+
+
+def test_checkpoint_whose_prototypes_route_past_its_experts_is_rejected(vlm_dir, frame, tmp_path):
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
+
+    pol = _policy(vlm_dir)
+    pol.save_pretrained(tmp_path / "ck", experts=_bank(pol.model))  # 2 scene x 3 environment experts
+    d = pol.features([frame.rgb]).shape[1]
+    PrototypeTable(torch.randn(3, d), torch.randn(3, d), scene_labels=[0, 1, 2]).save(tmp_path / "ck")
+    with pytest.raises(ValueError, match=r"route to \(3, 3\) .* expert bank has 2 x 3"):
+        AlldayWalkerPolicy.from_pretrained(tmp_path / "ck")
+    PrototypeTable(torch.randn(3, d), torch.randn(3, d), scene_labels=[0, 1, 1]).save(tmp_path / "ck")
+    assert AlldayWalkerPolicy.from_pretrained(tmp_path / "ck").router.num_experts == (2, 3)

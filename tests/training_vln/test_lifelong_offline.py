@@ -150,3 +150,30 @@ def test_tukas_oracle_policy_activates_the_tasks_experts_and_does_not_route(tmp_
     method.oracle_policy(b)
     assert get_active(method.model) == (1, 1)
     assert method.policy(a).router is method.router  # the benchmark's closed-loop SR still routes
+
+
+def test_routing_memory_routes_on_frames_spread_over_the_task(setup) -> None:
+    import dataclasses
+
+    import torch
+
+    from agents.vlm.bundle import load_vlm
+    from agents.vln.modeling_vln import AlldayWalkerPolicy
+    from training.vln.lifelong import _features
+    from training.vln.methods import METHODS
+
+    cfg, tasks, data, base_dir = setup
+    mem = dataclasses.replace(cfg, routing_memory=3)
+    assert mem.settings()["routing_memory"] == 3 and cfg.settings()["routing_memory"] == 0
+    method = METHODS.get("tuka_dkil")(load_vlm(base_dir / "vlm"), mem.agent_config(), mem.settings())
+    assert method.router.scene.memory == 3 and method.router.env.memory == 3
+    samples = data[tasks[0].index].samples
+    frames = [s.frame for s in samples if s.frame is not None]
+    assert len(frames) > 3
+    spread, first = _features(method, samples, memory=3), _features(method, samples)
+    own = AlldayWalkerPolicy(method.bundle, method.agent_cfg).features([frames[0], frames[-1]])
+    assert spread.shape[0] == 3 and first.shape[0] == min(64, len(frames))
+    assert torch.allclose(spread[0], own[0], atol=1e-5) and torch.allclose(spread[-1], own[1], atol=1e-5)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="routing_memory"):
+            _cfg(cfg.base, routing_memory=bad)

@@ -59,7 +59,10 @@ class LifelongConfig:
     ``adapt_projector``: every method adapts the multimodal projector too (the paper's targets), and routing then
     reads vision-tower features (``VLNAgentConfig.routing_features``), which the projector's adapter cannot move.
     ``offline_samples``: teacher-driven model calls per task on its held-out episodes, scored teacher-forced after
-    every task (``training.vln.offline``: the low-noise learning and forgetting matrices; 0: off)."""
+    every task (``training.vln.offline``: the low-noise learning and forgetting matrices; 0: off).
+    ``routing_memory``: TuKA's router keeps that many vision features per expert, from training frames spread over
+    each task, and routes to the expert of the nearest one (``training.peft.tucker.router``); 0: one mean prototype
+    per expert from the task's first 64 training frames (the paper's rule)."""
 
     base: VLNTrainConfig = field(default_factory=VLNTrainConfig)
     n_scenes: int = 3
@@ -84,6 +87,7 @@ class LifelongConfig:
     adapt_projector: bool = False
     cotrain: float = 0.0
     offline_samples: int = 256
+    routing_memory: int = 0
 
     def __post_init__(self) -> None:
         from sim.nav.conditions import available_conditions
@@ -119,6 +123,9 @@ class LifelongConfig:
         if isinstance(self.offline_samples, bool) or not isinstance(self.offline_samples, int) or \
                 self.offline_samples < 0:
             raise ValueError(f"offline_samples must be an int >= 0, got {self.offline_samples!r}")
+        if isinstance(self.routing_memory, bool) or not isinstance(self.routing_memory, int) or \
+                self.routing_memory < 0:
+            raise ValueError(f"routing_memory must be an int >= 0 (0: one mean prototype), got {self.routing_memory!r}")
 
     def tasks(self) -> tuple[list[Task], list[Task]]:
         """(task sequence in a fixed random order, unseen pairs). The held-out pairs are chosen so every scene
@@ -140,7 +147,8 @@ class LifelongConfig:
 
     def settings(self) -> dict[str, Any]:
         return {"lora_rank": self.lora_rank, "tuka_ranks": tuple(self.tuka_ranks), "ewc_lambda": self.ewc_lambda,
-                **{key: getattr(self, key) for key in DKIL_SETTINGS}, "adapt_projector": self.adapt_projector}
+                **{key: getattr(self, key) for key in DKIL_SETTINGS}, "adapt_projector": self.adapt_projector,
+                "routing_memory": self.routing_memory}
 
     def agent_config(self) -> VLNAgentConfig:
         """The base navigator's agent settings; routing reads vision-tower features when the projector is adapted."""
@@ -229,13 +237,21 @@ def evaluate_task(method: Any, cfg: LifelongConfig, data: TaskData, expected_rou
     return out
 
 
-def _features(method: Any, samples: list[Sample], limit: int = 64) -> Any:
-    """Routing features of a task: vision features of (up to ``limit``) raw training frames."""
+def _features(method: Any, samples: list[Sample], memory: int = 0, limit: int = 64, chunk: int = 64) -> Any:
+    """Routing features of a task: vision features of its raw training frames, the first ``limit`` of them (the
+    mean prototype's estimate) or, for a router with a ``memory``, that many spread evenly over all of them."""
+    import torch
+
     from agents.vln.modeling_vln import AlldayWalkerPolicy
 
-    frames = [s.frame for s in samples if s.frame is not None][:limit]
+    frames = [s.frame for s in samples if s.frame is not None]
+    if memory:
+        frames = [frames[i] for i in np.unique(np.linspace(0, len(frames) - 1, min(memory, len(frames))).round()
+                                               .astype(int))]
+    else:
+        frames = frames[:limit]
     pol = AlldayWalkerPolicy(method.bundle, method.agent_cfg)
-    return pol.features(frames)
+    return torch.cat([pol.features(frames[i:i + chunk]) for i in range(0, len(frames), chunk)])
 
 
 class _Fixed:
@@ -300,7 +316,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
     routing: dict[str, list[float]] = {key: [] for key in ROUTING_KEYS}
     for k, task in enumerate(tqdm(tasks, desc=name, disable=not progress)):
         d = data[task.index]
-        feats = _features(method, d.samples) if method.routed else None
+        feats = _features(method, d.samples, cfg.routing_memory) if method.routed else None
         if method.routed:
             method.start_task(task, feats)
         else:

@@ -173,7 +173,7 @@ class TuKADKIL(_Method):
                          num_scenes=1, num_envs=1)
         bundle.model = apply_tuka(bundle.model, cfg)
         self.penalty = DKIL(bundle.model, dkil_config(settings))
-        self.router = PrototypeRouter()
+        self.router = PrototypeRouter(memory=int(settings.get("routing_memory", 0)))
         self.scene_ids: dict[int, int] = {}  # task scene index -> expert row
         self.env_ids: dict[int, int] = {}
         self.routes: list[tuple[tuple[int | None, int | None], tuple[int, int]]] = []
