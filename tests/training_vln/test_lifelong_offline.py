@@ -159,7 +159,7 @@ def test_routing_memory_routes_on_frames_spread_over_the_task(setup) -> None:
 
     from agents.vlm.bundle import load_vlm
     from agents.vln.modeling_vln import AlldayWalkerPolicy
-    from training.vln.lifelong import _features
+    from training.vln.lifelong import routing_features
     from training.vln.methods import METHODS
 
     cfg, tasks, data, base_dir = setup
@@ -170,7 +170,8 @@ def test_routing_memory_routes_on_frames_spread_over_the_task(setup) -> None:
     samples = data[tasks[0].index].samples
     frames = [s.frame for s in samples if s.frame is not None]
     assert len(frames) > 3
-    spread, first = _features(method, samples, memory=3), _features(method, samples)
+    spread = routing_features(method.bundle, method.agent_cfg, samples, memory=3)
+    first = routing_features(method.bundle, method.agent_cfg, samples)
     own = AlldayWalkerPolicy(method.bundle, method.agent_cfg).features([frames[0], frames[-1]])
     assert spread.shape[0] == 3 and first.shape[0] == min(64, len(frames))
     assert torch.allclose(spread[0], own[0], atol=1e-5) and torch.allclose(spread[-1], own[1], atol=1e-5)

@@ -237,20 +237,23 @@ def evaluate_task(method: Any, cfg: LifelongConfig, data: TaskData, expected_rou
     return out
 
 
-def _features(method: Any, samples: list[Sample], memory: int = 0, limit: int = 64, chunk: int = 64) -> Any:
-    """Routing features of a task: vision features of its raw training frames, the first ``limit`` of them (the
-    mean prototype's estimate) or, for a router with a ``memory``, that many spread evenly over all of them."""
+def routing_features(bundle: Any, agent_cfg: VLNAgentConfig, samples: list[Sample], memory: int = 0,
+                     limit: int = 64, chunk: int = 64) -> Any:
+    """Routing features (B, D) of a task: vision features of its raw training frames, the first ``limit`` of them
+    (the mean prototype's estimate) or, for a router with a ``memory``, that many spread evenly over all of them."""
     import torch
 
     from agents.vln.modeling_vln import AlldayWalkerPolicy
 
     frames = [s.frame for s in samples if s.frame is not None]
+    if not frames:
+        raise ValueError("routing features need training samples that keep their frames (collect(keep_frames=True))")
     if memory:
         frames = [frames[i] for i in np.unique(np.linspace(0, len(frames) - 1, min(memory, len(frames))).round()
                                                .astype(int))]
     else:
         frames = frames[:limit]
-    pol = AlldayWalkerPolicy(method.bundle, method.agent_cfg)
+    pol = AlldayWalkerPolicy(bundle, agent_cfg)
     return torch.cat([pol.features(frames[i:i + chunk]) for i in range(0, len(frames), chunk)])
 
 
@@ -316,7 +319,8 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
     routing: dict[str, list[float]] = {key: [] for key in ROUTING_KEYS}
     for k, task in enumerate(tqdm(tasks, desc=name, disable=not progress)):
         d = data[task.index]
-        feats = _features(method, d.samples, cfg.routing_memory) if method.routed else None
+        feats = routing_features(method.bundle, method.agent_cfg, d.samples, cfg.routing_memory) \
+            if method.routed else None
         if method.routed:
             method.start_task(task, feats)
         else:

@@ -1,0 +1,29 @@
+"""The routing benchmark (``benchmarks/vln_routing.py``) end to end in --quick mode."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_routing_benchmark_compares_the_rules(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/vln_routing.py"), "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    routing = last["routing"]
+    assert set(routing) == {"mean-first64", "mean-spread", "memory-4"}
+    for r in routing.values():
+        assert all(0.0 <= r[k] <= 1.0 for k in ("scene", "env", "joint")) and r["episodes"] == 8
+        assert r["joint"] <= min(r["scene"], r["env"]) + 1e-9  # a route is right only where both parts are
+    report = json.loads((tmp_path / "vln_routing.json").read_text())
+    assert report["routing"] == routing and len(report["tasks"]) == 4
+    assert "| memory-4 |" in (tmp_path / "vln_routing.md").read_text()
+
+
+def test_routing_benchmark_rejects_bad_memories():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/vln_routing.py"), "--memories", "0,abc"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and "--memories: comma-separated positive ints" in proc.stderr
