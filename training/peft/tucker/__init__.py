@@ -22,7 +22,8 @@ DKIL (``dkil.py``)
     ``after_task(model, fisher_batches, loss_fn=None)``, ``terms()``, ``restore_frozen_rows()``,
     ``state_dict()``/``load_state_dict()``; ``estimate_fisher(model, params, batches, loss_fn, transform=None)``
 Routing (``router.py``)
-    ``PrototypeRouter(center=True)``: ``add(features, scene=, env=)``, ``route(features) -> (scene, env)``,
+    ``PrototypeRouter(center=True, memory=0)``: ``add(features, scene=, env=)``, ``route(features) -> (scene, env)``
+    (``memory=N``: up to N stored feature rows per expert, routed to the expert of the nearest one),
     ``route_batch(features)``, ``save(path)``/``PrototypeRouter.load(path)``; banks ``router.scene``/``router.env``
     (``PrototypeBank.nearest_one(features)`` gives ``init_from`` for growth); ``routing_accuracy(router, X, s, e)``;
     ``NoPrototypesError`` (a ``ValueError``) when routing with an empty bank.
