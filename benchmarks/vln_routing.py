@@ -13,7 +13,7 @@ every held-out episode, as the closed-loop evaluation does. Rules:
 
 The adaptation does not change routing features that are read before the projector (``--adapt-projector`` in the
 lifelong benchmark), so the base navigator's features are the ones a trained TuKA routes on. Writes
-``vln_routing.{json,md}`` to ``--out``; last stdout line: one JSON object with ``routing`` (scene / env / joint
+``vln_routing.{json,md,png}`` to ``--out``; last stdout line: one JSON object with ``routing`` (scene / env / joint
 accuracy per rule). ``--quick``: the lifelong benchmark's tiny base, a few episodes (< 1 minute).
 """
 
@@ -94,6 +94,31 @@ def report_md(result: dict[str, dict[str, float]], n_tasks: int) -> str:
     return "\n".join(lines)
 
 
+def plot(result: dict[str, dict[str, float]], path: Path) -> None:
+    """Scene and environment accuracy against the memory size, the mean prototypes as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mem = sorted((int(k.split("-")[1]), v) for k, v in result.items() if k.startswith("memory-"))
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for kind, colour in (("scene", "tab:blue"), ("env", "tab:orange")):
+        if mem:
+            ax.plot([m for m, _ in mem], [v[kind] for _, v in mem], "o-", color=colour, label=f"{kind}: memory")
+        for name, style in (("mean-first64", "--"), ("mean-spread", ":")):
+            if name in result:
+                ax.axhline(result[name][kind], color=colour, linestyle=style, label=f"{kind}: {name}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("stored features per expert")
+    ax.set_ylabel("routing accuracy (held-out first frames)")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _memories(p: argparse.ArgumentParser, text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -160,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
               "tasks": [t.name for t in tasks], "routing": result, "seconds": round(time.time() - t0, 1)}
     (out / "vln_routing.json").write_text(json.dumps(report, indent=1))
     (out / "vln_routing.md").write_text(md + "\n")
+    plot(result, out / "vln_routing.png")
     print(md)
     print(json.dumps({"routing": result, "seconds": report["seconds"], "out": str(out)}))
     return 0

@@ -21,6 +21,7 @@ def test_quick_routing_benchmark_compares_the_rules(tmp_path):
     report = json.loads((tmp_path / "vln_routing.json").read_text())
     assert report["routing"] == routing and len(report["tasks"]) == 4
     assert "| memory-4 |" in (tmp_path / "vln_routing.md").read_text()
+    assert (tmp_path / "vln_routing.png").stat().st_size > 1000
 
 
 def test_routing_benchmark_rejects_bad_memories():
