@@ -3,7 +3,7 @@
 
 The lifelong sequence's tasks ((scene, condition) pairs) are rendered from a cached base navigator as
 ``benchmarks/lifelong_vln.py`` renders them; the router stores each task's vision features of its training frames
-(``training.vln.lifelong.routing_features``) under its scene and environment, and then routes the first frame of
+(``training.vln.routing.routing_features``) under its scene and environment, and then routes the first frame of
 every held-out episode, as the closed-loop evaluation does. Rules:
 
 - ``mean-first64``: one mean prototype per expert from the task's first 64 training frames (the benchmark's
@@ -63,7 +63,7 @@ def route_all(cfg: Any, bundle: Any, data: dict[int, Any], tasks: list[Any], mem
 
     from agents.vln.modeling_vln import AlldayWalkerPolicy
     from training.peft.tucker import PrototypeRouter, routing_accuracy
-    from training.vln.lifelong import routing_features
+    from training.vln.routing import routing_features
 
     agent_cfg = cfg.agent_config()
     pol = AlldayWalkerPolicy(bundle, agent_cfg)

@@ -159,8 +159,8 @@ def test_routing_memory_routes_on_frames_spread_over_the_task(setup) -> None:
 
     from agents.vlm.bundle import load_vlm
     from agents.vln.modeling_vln import AlldayWalkerPolicy
-    from training.vln.lifelong import routing_features
     from training.vln.methods import METHODS
+    from training.vln.routing import routing_features
 
     cfg, tasks, data, base_dir = setup
     mem = dataclasses.replace(cfg, routing_memory=3)

@@ -183,7 +183,7 @@ def test_routing_cell_splits_scene_and_environment() -> None:
 
 
 def test_routing_accuracy_is_joint_and_per_kind() -> None:
-    from training.vln.lifelong import routing_accuracy
+    from training.vln.routing import routing_accuracy
 
     got = routing_accuracy([(0, 1), (1, 1), (1, 1), (0, 0)], (0, 1))
     assert got == {"routing_acc": 0.25, "routing_scene_acc": 0.5, "routing_env_acc": 0.75}
@@ -191,12 +191,12 @@ def test_routing_accuracy_is_joint_and_per_kind() -> None:
 
 
 def test_routing_accuracies_are_collected_per_kind() -> None:
-    from training.vln.lifelong import ROUTING_KEYS, _add_routing
+    from training.vln.routing import ROUTING_KEYS, add_routing
 
     acc = {k: [] for k in ROUTING_KEYS}
-    _add_routing(acc, {"sr": 0.5})  # an un-routed method's metrics add nothing
-    _add_routing(acc, {"routing_acc": 0.5, "routing_scene_acc": 0.5, "routing_env_acc": 1.0})
-    _add_routing(acc, {"routing_acc": 0.0, "routing_scene_acc": 0.25, "routing_env_acc": 0.0})
+    add_routing(acc, {"sr": 0.5})  # an un-routed method's metrics add nothing
+    add_routing(acc, {"routing_acc": 0.5, "routing_scene_acc": 0.5, "routing_env_acc": 1.0})
+    add_routing(acc, {"routing_acc": 0.0, "routing_scene_acc": 0.25, "routing_env_acc": 0.0})
     assert acc == {"routing_acc": [0.5, 0.0], "routing_scene_acc": [0.5, 0.25], "routing_env_acc": [1.0, 0.0]}
 
 

@@ -26,6 +26,7 @@ from training.vln.config import VLNTrainConfig
 from training.vln.data import Sample, collect
 from training.vln.methods import DKIL_SETTINGS, METHODS, dkil_config
 from training.vln.navigator import make_env, make_episodes
+from training.vln.routing import ROUTING_KEYS, add_routing, routing_accuracy, routing_features
 from training.vln.trainer import Imitation, make_batch
 
 log = logging.getLogger(__name__)
@@ -237,26 +238,6 @@ def evaluate_task(method: Any, cfg: LifelongConfig, data: TaskData, expected_rou
     return out
 
 
-def routing_features(bundle: Any, agent_cfg: VLNAgentConfig, samples: list[Sample], memory: int = 0,
-                     limit: int = 64, chunk: int = 64) -> Any:
-    """Routing features (B, D) of a task: vision features of its raw training frames, the first ``limit`` of them
-    (the mean prototype's estimate) or, for a router with a ``memory``, that many spread evenly over all of them."""
-    import torch
-
-    from agents.vln.modeling_vln import AlldayWalkerPolicy
-
-    frames = [s.frame for s in samples if s.frame is not None]
-    if not frames:
-        raise ValueError("routing features need training samples that keep their frames (collect(keep_frames=True))")
-    if memory:
-        frames = [frames[i] for i in np.unique(np.linspace(0, len(frames) - 1, min(memory, len(frames))).round()
-                                               .astype(int))]
-    else:
-        frames = frames[:limit]
-    pol = AlldayWalkerPolicy(bundle, agent_cfg)
-    return torch.cat([pol.features(frames[i:i + chunk]) for i in range(0, len(frames), chunk)])
-
-
 class _Fixed:
     """A policy that no task changes (the reference rows: the un-adapted base navigator, a blind baseline)."""
 
@@ -339,7 +320,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
             for key in mats:
                 mats[key][k, j] = m[key]
             if k == T - 1:
-                _add_routing(routing, m)
+                add_routing(routing, m)
         if cfg.offline_samples:  # every learnt task, with its own adapter/experts
             for j in range(k + 1):
                 method.select_task(tasks[j])
@@ -351,7 +332,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         exp = method.expert_of(u) if method.routed else None
         m = evaluate_task(method, cfg, data[u.index], exp)
         unseen_m.append(m)
-        _add_routing(routing, m)
+        add_routing(routing, m)
     final = {key: mats[key][T - 1].tolist() for key in mats}
     oracle_route = None
     if method.routed:  # the same episodes with each task's own experts: what routing costs
@@ -375,26 +356,6 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         **{key: (float(np.mean(v)) if v else None) for key, v in routing.items()},
         "adapter_params": int(method.adapter_params()), "seconds": round(time.time() - t0, 1),
     }
-
-
-ROUTING_KEYS = ("routing_acc", "routing_scene_acc", "routing_env_acc")
-
-
-def routing_accuracy(routes: list[tuple[int, int]], expected: tuple[int | None, int | None]) -> dict[str, float]:
-    """Joint and per expert kind (scene, env) share of ``routes`` equal to ``expected``: an environment can be told
-    apart where a scene cannot."""
-    expected = tuple(expected)
-    out = {"routing_acc": float(np.mean([tuple(r) == expected for r in routes]))}
-    for i, kind in enumerate(("scene", "env")):
-        out[f"routing_{kind}_acc"] = float(np.mean([r[i] == expected[i] for r in routes]))
-    return out
-
-
-def _add_routing(acc: dict[str, list[float]], metrics_: dict[str, float]) -> None:
-    """Append a task's routing accuracies (joint, scene, env), where it has them, to ``acc``."""
-    for key in ROUTING_KEYS:
-        if key in metrics_:
-            acc[key].append(metrics_[key])
 
 
 def forgetting(mat: np.ndarray) -> dict[str, Any]:
