@@ -49,10 +49,9 @@ def first_frames(cfg: Any, data: Any) -> list[Any]:
         env.close()
 
 
-def rules(memories: list[int]) -> dict[str, tuple[int, int | None]]:
-    """Rule name -> (router memory, frames per task: None for the first 64)."""
-    spread = max(memories) if memories else 1024
-    return {"mean-first64": (0, None), "mean-spread": (0, spread), **{f"memory-{n}": (n, n) for n in memories}}
+def rules(memories: list[int]) -> dict[str, tuple[int, int]]:
+    """Rule name -> (router memory, frames per task spread evenly: 0 for the first 64)."""
+    return {"mean-first64": (0, 0), "mean-spread": (0, max(memories)), **{f"memory-{n}": (n, n) for n in memories}}
 
 
 def route_all(cfg: Any, bundle: Any, data: dict[int, Any], tasks: list[Any], memories: list[int],
@@ -63,18 +62,21 @@ def route_all(cfg: Any, bundle: Any, data: dict[int, Any], tasks: list[Any], mem
 
     from agents.vln.modeling_vln import AlldayWalkerPolicy
     from training.peft.tucker import PrototypeRouter, routing_accuracy
-    from training.vln.routing import routing_features
+    from training.vln.routing import frame_features, frame_indices, task_frames
 
     agent_cfg = cfg.agent_config()
     pol = AlldayWalkerPolicy(bundle, agent_cfg)
     queries = {t.index: pol.features(first_frames(cfg, data[t.index])) for t in tqdm(tasks, desc="held-out frames",
                                                                                        disable=not progress)}
+    # every training frame's features once per task; each rule picks its rows as routing_features picks frames
+    train = {t.index: frame_features(bundle, agent_cfg, task_frames(data[t.index].samples)) for t in tqdm(
+        tasks, desc="training frames", disable=not progress)}
     out = {}
     for name, (memory, frames) in tqdm(rules(memories).items(), desc="rules", disable=not progress):
         router = PrototypeRouter(memory=memory)
         for t in tasks:
-            feats = routing_features(bundle, agent_cfg, data[t.index].samples, memory=frames or 0)
-            router.add(feats, scene=t.scene, env=t.env)
+            feats = train[t.index]
+            router.add(feats[frame_indices(len(feats), memory=frames)], scene=t.scene, env=t.env)
         per_task = [routing_accuracy(router, queries[t.index], [t.scene] * len(queries[t.index]),
                                      [t.env] * len(queries[t.index])) for t in tasks]
         out[name] = {k: float(np.mean([r[k] for r in per_task])) for k in ("scene", "env", "joint")}

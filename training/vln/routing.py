@@ -11,24 +11,37 @@ from agents.vln.configuration_vln import VLNAgentConfig
 from training.vln.data import Sample
 
 
-def routing_features(bundle: Any, agent_cfg: VLNAgentConfig, samples: list[Sample], memory: int = 0,
-                     limit: int = 64, chunk: int = 64) -> Any:
-    """Routing features (B, D) of a task: vision features of its raw training frames, the first ``limit`` of them
-    (the mean prototype's estimate) or, for a router with a ``memory``, that many spread evenly over all of them."""
+def task_frames(samples: list[Sample]) -> list[np.ndarray]:
+    """A task's raw training frames (the samples collected with ``keep_frames=True``)."""
+    frames = [s.frame for s in samples if s.frame is not None]
+    if not frames:
+        raise ValueError("routing features need training samples that keep their frames (collect(keep_frames=True))")
+    return frames
+
+
+def frame_indices(n_frames: int, memory: int = 0, limit: int = 64) -> np.ndarray:
+    """Which of a task's ``n_frames`` training frames give its routing features: the first ``limit`` (the mean
+    prototype's estimate) or, for a router with a ``memory``, that many spread evenly over all of them."""
+    if memory:
+        return np.unique(np.linspace(0, n_frames - 1, min(memory, n_frames)).round().astype(int))
+    return np.arange(min(limit, n_frames))
+
+
+def frame_features(bundle: Any, agent_cfg: VLNAgentConfig, frames: list[np.ndarray], chunk: int = 64) -> Any:
+    """Routing features (B, D) of ``frames``, computed ``chunk`` frames at a time."""
     import torch
 
     from agents.vln.modeling_vln import AlldayWalkerPolicy
 
-    frames = [s.frame for s in samples if s.frame is not None]
-    if not frames:
-        raise ValueError("routing features need training samples that keep their frames (collect(keep_frames=True))")
-    if memory:
-        frames = [frames[i] for i in np.unique(np.linspace(0, len(frames) - 1, min(memory, len(frames))).round()
-                                               .astype(int))]
-    else:
-        frames = frames[:limit]
     pol = AlldayWalkerPolicy(bundle, agent_cfg)
     return torch.cat([pol.features(frames[i:i + chunk]) for i in range(0, len(frames), chunk)])
+
+
+def routing_features(bundle: Any, agent_cfg: VLNAgentConfig, samples: list[Sample], memory: int = 0,
+                     limit: int = 64) -> Any:
+    """Routing features (B, D) of a task: of the training frames :func:`frame_indices` picks."""
+    frames = task_frames(samples)
+    return frame_features(bundle, agent_cfg, [frames[i] for i in frame_indices(len(frames), memory, limit)])
 
 
 ROUTING_KEYS = ("routing_acc", "routing_scene_acc", "routing_env_acc")
