@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from agents.core.config import check_numbers
+from agents.core.config import check_ints, check_numbers
 from agents.vln.configuration_vln import VLNAgentConfig
 from sim.core.episodes import Episode, GroundTruth
 from training.vln.config import VLNTrainConfig
@@ -121,12 +121,8 @@ class LifelongConfig:
         if not isinstance(self.adapt_projector, bool):
             raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
         check_numbers(self, {"cotrain": (0.0, 0.9)}, "LifelongConfig.")  # SceneGroundingConfig.cotrain's range
-        if isinstance(self.offline_samples, bool) or not isinstance(self.offline_samples, int) or \
-                self.offline_samples < 0:
-            raise ValueError(f"offline_samples must be an int >= 0, got {self.offline_samples!r}")
-        if isinstance(self.routing_memory, bool) or not isinstance(self.routing_memory, int) or \
-                self.routing_memory < 0:
-            raise ValueError(f"routing_memory must be an int >= 0 (0: one mean prototype), got {self.routing_memory!r}")
+        # 0: off / one mean prototype per expert
+        check_ints(self, {"offline_samples": (0, 10**9), "routing_memory": (0, 10**9)}, "LifelongConfig.")
 
     def tasks(self) -> tuple[list[Task], list[Task]]:
         """(task sequence in a fixed random order, unseen pairs). The held-out pairs are chosen so every scene
