@@ -279,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--routing-memory", type=int, default=0, metavar="N",
                    help="TuKA: keep N vision features per expert (spread over each task's training frames) and route "
                         "to the expert of the nearest one; 0: one mean prototype per expert (the paper's rule)")
+    p.add_argument("--tuka-init-jitter", type=float, default=0.0, metavar="F",
+                   help="TuKA: a new expert row copied from the nearest one gets a random part orthogonal to it, of "
+                        "F times its norm (0: an exact copy, the paper's rule)")
     p.add_argument("--adapt-projector", action="store_true",
                    help="every method adapts the multimodal projector too (the paper's targets); TuKA then routes on "
                         "vision-tower features")
@@ -313,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     # the settings --quick keeps from the command line
     shared = dict(methods=[m for m in a.methods.split(",") if m.strip()], adapt_projector=a.adapt_projector,
                   cotrain=a.cotrain, dkil_w_ewc=a.dkil_ewc, dkil_anchor_reused=a.dkil_anchor_reused,
-                  dkil_core_fisher=a.dkil_core_fisher, routing_memory=a.routing_memory)
+                  dkil_core_fisher=a.dkil_core_fisher, routing_memory=a.routing_memory,
+                  tuka_init_jitter=a.tuka_init_jitter)
     if a.quick:
         base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
         cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,

@@ -68,6 +68,9 @@ def test_config_validation() -> None:
         TuKAConfig(target_modules=[])
     with pytest.raises(ValueError, match="unknown TuKA config keys"):
         TuKAConfig.from_dict({"r1": 4, "bogus": 1})
+    for bad in (-0.1, float("inf"), 11.0, True, "0.5"):
+        with pytest.raises(ValueError, match="expert_init_jitter"):
+            TuKAConfig(expert_init_jitter=bad)
     cfg = _cfg()
     assert TuKAConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
 
@@ -178,6 +181,22 @@ def test_growth_keeps_old_experts_outputs(make_base, ids) -> None:
     assert model(ids).logits.shape == before[(0, 0)].shape
     with pytest.raises(ValueError, match="out of range"):
         add_scene(model, init_from=9)
+
+
+def test_growth_with_jitter_adds_an_orthogonal_part_of_the_given_size(make_base) -> None:
+    model = apply_tuka(make_base(), _cfg(expert_init_jitter=0.5))
+    _randomise(model)
+    new_s, new_e = add_scene(model, init_from=1), add_env(model, init_from=0)
+    for _, layer in iter_tuka(model):
+        for rows, new, src in ((layer.lora_scene["default"], new_s, 1), (layer.lora_env["default"], new_e, 0)):
+            u, v = rows[src].detach(), rows[new].detach() - rows[src].detach()
+            assert float(v @ u) == pytest.approx(0.0, abs=1e-5)  # the copy's own part is kept whole
+            assert float(v.norm()) == pytest.approx(0.5 * float(u.norm()), rel=1e-4)
+    plain = apply_tuka(make_base(), _cfg())
+    _randomise(plain)
+    add_scene(plain, init_from=1)
+    for _, layer in iter_tuka(plain):
+        assert torch.equal(layer.lora_scene["default"][3], layer.lora_scene["default"][1])  # default: exact copy
 
 
 def test_save_load_exact_and_the_vanilla_lora_trap(make_base, ids, tmp_path) -> None:

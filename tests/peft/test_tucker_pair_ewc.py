@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from training.peft.tucker import DKIL, DKILConfig, iter_tuka
-from training.peft.tucker.pair_ewc import contract, core_grad_to_pair, pair_key
+from training.peft.tucker.pair_ewc import contract, core_grad_to_pair, pair_freedom, pair_key
 
 
 def _finish(dkil: DKIL, ids) -> None:
@@ -116,3 +118,46 @@ def test_pair_state_dict_roundtrip(tuka_model, ids) -> None:
     assert torch.equal(other.penalty(), dkil.penalty()) and float(dkil.penalty()) > 0
     legacy = {k: v for k, v in dkil.state_dict().items() if k not in ("pairs", "pair_anchor")}
     DKIL(dkil.model).load_state_dict(legacy)  # states saved before "pair" existed still load
+
+
+def _unit(theta: float, n: int = 4) -> torch.Tensor:
+    v = torch.zeros(n)
+    v[0], v[1] = math.cos(theta), math.sin(theta)
+    return v
+
+
+def test_pair_freedom_is_the_product_of_the_two_rows_sines() -> None:
+    """Pairs (0,0), (0,1), (1,0) held; the new pair (1,1) reuses both rows: only sin(a3) * sin(a4) of its
+    direction u3[1] (x) u4[1] lies outside the held pairs' span (scale-free in the rows)."""
+    a3, a4 = 0.3, 1.1
+    u3 = torch.stack([_unit(0.0), 2.5 * _unit(a3)])
+    u4 = torch.stack([0.1 * _unit(0.0, 3), _unit(a4, 3)])
+    held = {(0, 0), (0, 1), (1, 0)}
+    assert pair_freedom(u3, u4, held, (1, 1)) == pytest.approx(math.sin(a3) * math.sin(a4), rel=1e-6)
+    assert pair_freedom(u3, u4, {(0, 0)}, (1, 1)) == pytest.approx(
+        math.sqrt(1 - (math.cos(a3) * math.cos(a4)) ** 2), rel=1e-6)  # one held pair: 1 - cos^2 of the angle
+    assert pair_freedom(u3, u4, set(), (1, 1)) == 1.0
+    assert pair_freedom(u3, u4, held | {(1, 1)}, (1, 1)) == pytest.approx(math.sin(a3) * math.sin(a4), rel=1e-6)
+    same = torch.stack([u3[0], u3[0]])  # a row copied from another: no room at all
+    assert pair_freedom(same, u4, held, (1, 1)) == pytest.approx(0.0, abs=1e-6)
+    assert pair_freedom(torch.zeros(2, 4), u4, held, (1, 1)) == 0.0
+
+
+def test_dkil_records_the_pair_freedom_of_each_task(tuka_model, ids) -> None:
+    from training.peft.tucker import add_scene
+
+    dkil = DKIL(tuka_model(num_scenes=1, num_envs=2), DKILConfig(core_fisher="pair"))
+    dkil.before_task((0, 0))
+    assert dkil.freedom == 1.0  # nothing held
+    _finish(dkil, ids)
+    dkil.before_task((0, 1))
+    _finish(dkil, ids)
+    copy = add_scene(dkil.model, init_from=0)  # an exact copy of scene 0
+    dkil.before_task((copy, 0))
+    assert dkil.freedom == pytest.approx(0.0, abs=1e-5)
+    with torch.no_grad():  # the copy moves off its source: the pair (copy, 1) gains room
+        for _, layer in iter_tuka(dkil.model):
+            layer.lora_scene["default"][copy] += torch.randn(3, generator=torch.Generator().manual_seed(2))
+    _finish(dkil, ids)
+    dkil.before_task((copy, 1))
+    assert 0.05 < dkil.freedom < 1.0

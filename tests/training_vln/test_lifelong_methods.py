@@ -104,3 +104,12 @@ def test_dkil_ewc_weight_reaches_tukas_penalty(tmp_path) -> None:
     assert METHODS.get("tuka_dkil")(bundle, pair.agent_config(), pair.settings()).penalty.config.core_fisher == "pair"
     with pytest.raises(ValueError, match="core_fisher"):
         LifelongConfig(base=base, dkil_core_fisher="kfac")
+    jitter = LifelongConfig(base=base, tuka_ranks=(4, 4, 2, 2), tuka_init_jitter=0.5)
+    bundle = load_vlm(build_backbone(base, tmp_path / "e", ["go to the sofa"]))
+    method = METHODS.get("tuka_dkil")(bundle, jitter.agent_config(), jitter.settings())
+    from training.peft.tucker import get_tuka_config
+
+    assert get_tuka_config(method.model).expert_init_jitter == 0.5 and pair.settings()["tuka_init_jitter"] == 0.0
+    for bad in (-0.5, float("nan"), 11.0, True):
+        with pytest.raises(ValueError, match="tuka_init_jitter"):
+            LifelongConfig(base=base, tuka_init_jitter=bad)

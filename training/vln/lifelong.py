@@ -63,7 +63,9 @@ class LifelongConfig:
     every task (``training.vln.offline``: the low-noise learning and forgetting matrices; 0: off).
     ``routing_memory``: TuKA's router keeps that many vision features per expert, from training frames spread over
     each task, and routes to the expert of the nearest one (``training.peft.tucker.router``); 0: one mean prototype
-    per expert from the task's first 64 training frames (the paper's rule)."""
+    per expert from the task's first 64 training frames (the paper's rule). ``tuka_init_jitter``: a TuKA expert row
+    grown from the nearest one gets a random part orthogonal to it of that fraction of its norm (0: an exact
+    copy, the paper's rule; ``TuKAConfig.expert_init_jitter``)."""
 
     base: VLNTrainConfig = field(default_factory=VLNTrainConfig)
     n_scenes: int = 3
@@ -89,6 +91,7 @@ class LifelongConfig:
     cotrain: float = 0.0
     offline_samples: int = 256
     routing_memory: int = 0
+    tuka_init_jitter: float = 0.0
 
     def __post_init__(self) -> None:
         from sim.nav.conditions import available_conditions
@@ -120,7 +123,8 @@ class LifelongConfig:
             raise ValueError(f"dkil_w_ewc / dkil_anchor_reused / dkil_core_fisher: {exc}") from exc
         if not isinstance(self.adapt_projector, bool):
             raise TypeError(f"adapt_projector must be a bool, got {self.adapt_projector!r}")
-        check_numbers(self, {"cotrain": (0.0, 0.9)}, "LifelongConfig.")  # SceneGroundingConfig.cotrain's range
+        # SceneGroundingConfig.cotrain's range; TuKAConfig.expert_init_jitter's
+        check_numbers(self, {"cotrain": (0.0, 0.9), "tuka_init_jitter": (0.0, 10.0)}, "LifelongConfig.")
         # 0: off / one mean prototype per expert
         check_ints(self, {"offline_samples": (0, 10**9), "routing_memory": (0, 10**9)}, "LifelongConfig.")
 
@@ -145,7 +149,7 @@ class LifelongConfig:
     def settings(self) -> dict[str, Any]:
         return {"lora_rank": self.lora_rank, "tuka_ranks": tuple(self.tuka_ranks), "ewc_lambda": self.ewc_lambda,
                 **{key: getattr(self, key) for key in DKIL_SETTINGS}, "adapt_projector": self.adapt_projector,
-                "routing_memory": self.routing_memory}
+                "routing_memory": self.routing_memory, "tuka_init_jitter": self.tuka_init_jitter}
 
     def agent_config(self) -> VLNAgentConfig:
         """The base navigator's agent settings; routing reads vision-tower features when the projector is adapted."""
@@ -350,6 +354,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         "oracle_route": oracle_route,
         "unseen": {k: (float(np.mean([m[k] for m in unseen_m])) if unseen_m else None) for k in ("sr", "spl", "osr")},
         **{key: (float(np.mean(v)) if v else None) for key, v in routing.items()},
+        "diagnostics": method.diagnostics(),
         "adapter_params": int(method.adapter_params()), "seconds": round(time.time() - t0, 1),
     }
 

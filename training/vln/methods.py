@@ -80,6 +80,10 @@ class _Method:
     def adapter_params(self) -> int:
         return sum(p.numel() for n, p in self.model.named_parameters() if "lora_" in n)
 
+    def diagnostics(self) -> dict[str, Any]:
+        """Per-task figures a method records while it learns (for the report; none by default)."""
+        return {}
+
 
 @METHODS.register("seq_lora")
 class SequentialLoRA(_Method):
@@ -169,6 +173,7 @@ class TuKADKIL(_Method):
         super().__init__(bundle, agent_cfg, settings)
         r1, r2, r3, r4 = settings["tuka_ranks"]
         cfg = TuKAConfig(r1=r1, r2=r2, r3=r3, r4=r4, alpha=float(settings.get("tuka_alpha", 2 * r1)),
+                         expert_init_jitter=float(settings.get("tuka_init_jitter", 0.0)),
                          target_modules=adapter_targets(bundle.family, settings.get("adapt_projector", False)),
                          num_scenes=1, num_envs=1)
         bundle.model = apply_tuka(bundle.model, cfg)
@@ -177,6 +182,7 @@ class TuKADKIL(_Method):
         self.scene_ids: dict[int, int] = {}  # task scene index -> expert row
         self.env_ids: dict[int, int] = {}
         self.routes: list[tuple[tuple[int | None, int | None], tuple[int, int]]] = []
+        self.freedom: list[float] = []  # DKIL's pair freedom at each task's start
 
     def expert_of(self, task: Any) -> tuple[int | None, int | None]:
         return self.scene_ids.get(task.scene), self.env_ids.get(task.env)
@@ -195,6 +201,7 @@ class TuKADKIL(_Method):
             ids[key] = grow(self.model, init_from=init)
             log.info("TuKA: new %s expert %d for task %s (init from %s)", kind, ids[key], task.name, init)
         self.penalty.before_task((self.scene_ids[task.scene], self.env_ids[task.env]))
+        self.freedom.append(self.penalty.freedom)
 
     def end_task(self, task: Any, fisher_batches: list[dict[str, Any]], features: Any) -> None:
         self.penalty.after_task(self.model, fisher_batches)
@@ -217,6 +224,9 @@ class TuKADKIL(_Method):
         """The task's own experts, no routing: separates what the experts hold from what the router picks."""
         self.select_task(task)
         return AlldayWalkerPolicy(self.bundle, self.agent_cfg)
+
+    def diagnostics(self) -> dict[str, Any]:
+        return {"pair_freedom": list(self.freedom)}
 
     def adapter_params(self) -> int:
         from training.peft.tucker import count_adapter_params

@@ -32,6 +32,9 @@ class TuKAConfig:
     num_scenes: int = 5
     num_envs: int = 4
     expert_init_std: float = 0.002
+    # A row grown as a copy of another gets a random part orthogonal to it, of this fraction of its norm (0: an
+    # exact copy, the paper's rule; see ``add_expert``).
+    expert_init_jitter: float = 0.0
     dropout: float = 0.0
     modules_to_save: list[str] | None = None
 
@@ -45,6 +48,10 @@ class TuKAConfig:
         self.alpha = float(self.alpha)
         if not math.isfinite(self.expert_init_std) or self.expert_init_std < 0:
             raise ValueError(f"TuKAConfig.expert_init_std must be finite and >= 0, got {self.expert_init_std!r}")
+        j = self.expert_init_jitter
+        if isinstance(j, bool) or not isinstance(j, (int, float)) or not math.isfinite(j) or not 0.0 <= j <= 10.0:
+            raise ValueError(f"TuKAConfig.expert_init_jitter must be a number in [0, 10], got {j!r}")
+        self.expert_init_jitter = float(j)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"TuKAConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if isinstance(self.target_modules, str):

@@ -37,7 +37,7 @@ from torch import nn
 
 from training.peft.ewc_lora.protocol import LossFn, check_model, default_loss_fn
 from training.peft.tucker.model import iter_tuka, num_experts, set_active
-from training.peft.tucker.pair_ewc import Pair, core_grad_to_pair, pair_key, pair_penalty, pair_snapshot
+from training.peft.tucker.pair_ewc import Pair, core_grad_to_pair, pair_freedom, pair_key, pair_penalty, pair_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,7 @@ class DKIL:
         self._hooked: list[torch.Tensor] = []
         self._task_start: dict[str, torch.Tensor] = {}
         self.last_terms: dict[str, float] = {}
+        self.freedom: float | None = None  # median over layers of pair_freedom of the current task's pair
 
     # ---------------------------------------------------------------------------------------------- access
     def _factors(self) -> dict[str, dict[str, torch.Tensor]]:
@@ -164,6 +165,10 @@ class DKIL:
             raise ValueError(f"DKIL task must be a (scene, env) pair of ints, got {task!r}")
         set_active(self.model, scene, env, self.adapter_name)  # range-checked
         self.task = (scene, env)
+        self.freedom = self._freedom(self.task)
+        if self.pairs:
+            log.info("DKIL: task %s, pair freedom %.3g (median over layers; rows reused: scene %s, env %s)",
+                     self.task, self.freedom, scene in self.seen["U3"], env in self.seen["U4"])
         self._remove_hooks()
         self._task_start = {f"{ln}.{role}": f[role].detach().clone()
                             for ln, f in self._factors().items() for role in ("U3", "U4")}
@@ -175,6 +180,11 @@ class DKIL:
                     mask[row] = 1.0
                     self._hooks.append(p.register_hook(lambda g, m=mask: g * m))
                     self._hooked.append(p)
+
+    def _freedom(self, pair: Pair) -> float:
+        """Median over layers of ``pair_freedom(pair)`` against the learned pairs (1.0 before any)."""
+        vals = [pair_freedom(f["U3"], f["U4"], self.pairs, pair) for f in self._factors().values()]
+        return float(torch.tensor(vals).median()) if vals else 1.0
 
     def _remove_hooks(self) -> None:
         for h in self._hooks:

@@ -206,8 +206,11 @@ class TuKALinear(LoraLinear):
     # ------------------------------------------------------------------------------------------------ growth
     @torch.no_grad()
     def add_expert(self, kind: str, adapter_name: str = "default", init_from: int | None = None,
-                   init_std: float = 0.002) -> int:
-        """Append one scene/env expert row (copy of row ``init_from`` or N(0, init_std^2)); returns its id."""
+                   init_std: float = 0.002, jitter: float = 0.0) -> int:
+        """Append one scene/env expert row (copy of row ``init_from`` or N(0, init_std^2)); returns its id.
+        ``jitter`` > 0 adds to a copy a random part orthogonal to it, of that fraction of its norm: an exact copy
+        spans the same core directions as its source (``pair_freedom`` 0) and the separability term has no
+        gradient at it."""
         if kind not in KINDS:
             raise ValueError(f"expert kind must be one of {KINDS}, got {kind!r}")
         if adapter_name in self.merged_adapters:
@@ -219,6 +222,18 @@ class TuKALinear(LoraLinear):
         else:
             _check_route(init_from, old.shape[0], kind)
             row = old[init_from : init_from + 1].clone()
+            if jitter > 0:
+                row = row + orthogonal_jitter(row[0].float(), jitter).to(row)
         new = nn.Parameter(torch.cat([old.detach(), row], 0), requires_grad=old.requires_grad)
         store[adapter_name] = new
         return old.shape[0]
+
+
+def orthogonal_jitter(row: torch.Tensor, fraction: float) -> torch.Tensor:
+    """A random vector orthogonal to ``row`` with norm ``fraction * |row|`` (zeros for a zero row)."""
+    v = torch.randn_like(row)
+    norm = row.norm()
+    if norm <= 0:
+        return torch.zeros_like(row)
+    v = v - (v @ row) / norm**2 * row
+    return v * (fraction * norm / v.norm().clamp_min(1e-30))

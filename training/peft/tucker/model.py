@@ -108,7 +108,7 @@ def shared_route(num: int, ids: list[int] | None = None) -> torch.Tensor:
 
 def _grow(model: nn.Module, kind: str, init_from: int | None, adapter_name: str) -> int:
     tcfg = get_tuka_config(model, adapter_name)
-    new_ids = {layer.add_expert(kind, adapter_name, init_from, tcfg.expert_init_std)
+    new_ids = {layer.add_expert(kind, adapter_name, init_from, tcfg.expert_init_std, tcfg.expert_init_jitter)
                for layer in _layers(model, adapter_name)}
     if len(new_ids) != 1:
         raise RuntimeError(f"TuKA layers disagree on the number of {kind} experts: {sorted(new_ids)}")

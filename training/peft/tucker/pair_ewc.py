@@ -21,6 +21,7 @@ This term instead anchors ``C_p`` of every learned pair ``p``, as a function of 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import torch
@@ -74,3 +75,26 @@ def pair_penalty(factors: Mapping[str, Mapping[str, torch.Tensor]], pairs: set[P
         any_p = next(iter(next(iter(factors.values())).values()))
         return any_p.new_zeros((), dtype=torch.float32)
     return total
+
+
+def pair_freedom(u3: torch.Tensor, u4: torch.Tensor, held: set[Pair] | list[Pair], pair: Pair) -> float:
+    """How much of ``pair``'s core direction ``u3[s] (x) u4[e]`` lies outside the span of the ``held`` pairs'
+    directions, as a fraction of its norm (0: none, 1: orthogonal to all of them).
+
+    Under ``core_fisher="pair"`` the core ``G`` can change a new pair's contraction without moving a held pair's
+    only along that outside part, so a pair whose two rows are both reused (and anchored by held pairs) learns
+    through ``G`` at a rate that scales with this number. A row copied from another one gives 0 until it moves."""
+    s, e = pair
+    held = [p for p in held if p != pair]
+    a3, a4 = u3.detach().double(), u4.detach().double()
+    own = float(a3[s].dot(a3[s]) * a4[e].dot(a4[e]))
+    if own <= 0.0:
+        return 0.0
+    if not held:
+        return 1.0
+    i3 = torch.tensor([p[0] for p in held])
+    i4 = torch.tensor([p[1] for p in held])
+    gram = (a3[i3] @ a3[i3].T) * (a4[i4] @ a4[i4].T)  # <u3[s']u4[e'], u3[s'']u4[e'']> = (u3.u3)(u4.u4)
+    cross = (a3[i3] @ a3[s]) * (a4[i4] @ a4[e])
+    inside = float(cross @ torch.linalg.pinv(gram, hermitian=True) @ cross)
+    return math.sqrt(max(own - inside, 0.0) / own)
