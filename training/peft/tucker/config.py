@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from agents.core.config import check_numbers
+
 #: Version of the ``tuka_config.json`` written by ``save_tuka``.
 TUKA_FORMAT = 1
 
@@ -48,10 +50,8 @@ class TuKAConfig:
         self.alpha = float(self.alpha)
         if not math.isfinite(self.expert_init_std) or self.expert_init_std < 0:
             raise ValueError(f"TuKAConfig.expert_init_std must be finite and >= 0, got {self.expert_init_std!r}")
-        j = self.expert_init_jitter
-        if isinstance(j, bool) or not isinstance(j, (int, float)) or not math.isfinite(j) or not 0.0 <= j <= 10.0:
-            raise ValueError(f"TuKAConfig.expert_init_jitter must be a number in [0, 10], got {j!r}")
-        self.expert_init_jitter = float(j)
+        check_numbers(self, {"expert_init_jitter": (0.0, 10.0)}, "TuKAConfig.")
+        self.expert_init_jitter = float(self.expert_init_jitter)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"TuKAConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if isinstance(self.target_modules, str):
