@@ -239,6 +239,8 @@ def _ranks(p: argparse.ArgumentParser, text: str) -> tuple[int, int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agents.core.numerics import PIN_CHOICES, numerics_info, pin_choice  # imports no torch
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="2 scenes x 2 conditions, tiny settings (< 1 minute)")
     p.add_argument("--base-config", default=str(ROOT / "configs/vln/base.yaml"), help="base navigator config")
@@ -296,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="output directory (default: docs/ in full mode, a temp dir in quick)")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                    help="only combine lifelong_vln.json files of runs that split --methods (same tasks) into --out")
+    p.add_argument("--pin-numerics", default="auto", choices=PIN_CHOICES,
+                   help="CPU code paths pinned before torch loads (auto: avx2 where the CPU has it; none: the "
+                        "machine's widest; agents.core.numerics)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     if a.merge:
@@ -304,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, ValueError) as exc:
             p.error(str(exc))
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING)
+    pinned = pin_choice(a.pin_numerics)  # before torch loads: a cached base rebuilt elsewhere comes out the same
     import torch
 
     from training.vln.config import VLNTrainConfig
@@ -357,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     base_metrics = {c: {k: round(float(m[k]), 3) for k in ("sr", "spl", "osr", "ne")}
                     for c, m in base_result["metrics"].items()}
     report = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "unseen": [u.name for u in unseen],
-              "base_navigator": {"dir": str(base_dir), "metrics": base_metrics}, "references": references,
+              "base_navigator": {"dir": str(base_dir), "metrics": base_metrics,
+                                 "numerics": base_result.get("numerics")},
+              "numerics": {**numerics_info(), "pinned": pinned}, "references": references,
               "success_distance": cfg.base.success_distance, "physical_conditions": cfg.base.physical_conditions,
               "results": results,
               "seconds": round(time.time() - t0, 1)}

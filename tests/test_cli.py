@@ -142,3 +142,13 @@ def test_config_show_resolves_extends_overrides_and_defaults(capsys):
     assert "fingerprint" not in capsys.readouterr().out
     assert main(["config", "show", "vln", "--config", str(path), "--set", "lr=-1"]) == 2
     assert "lr must be" in capsys.readouterr().err
+
+
+def test_train_pins_cpu_numerics_by_default_and_rejects_unknown_choices(capsys):
+    args = build_parser().parse_args(["train", "vln", "--config", "c.yaml"])
+    assert args.pin_numerics == "auto"
+    assert build_parser().parse_args(["train", "vln", "--config", "c.yaml", "--pin-numerics", "none"]).pin_numerics \
+        == "none"
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["train", "vln", "--config", "c.yaml", "--pin-numerics", "fast"])
+    assert exc.value.code == 2 and "invalid choice: 'fast'" in capsys.readouterr().err

@@ -27,6 +27,10 @@ def test_quick_benchmark_prints_json(tmp_path):
     tuka = report["results"]["tuka_dkil"]  # a route is right only where both its parts are
     assert tuka["routing_acc"] <= min(tuka["routing_scene_acc"], tuka["routing_env_acc"]) + 1e-9
     assert (tmp_path / "lifelong_vln.png").stat().st_size > 1000
+    num = report["numerics"]  # which CPU kernels and threads decided the figures
+    assert num["threads"] == 1 and num["pinned"] in ("avx2", None)
+    if num["pinned"]:
+        assert num["cpu_capability"] == "AVX2" and num["env"]["MKL_CBWR"] == "AVX2"
 
 
 @pytest.mark.slow

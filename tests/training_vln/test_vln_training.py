@@ -274,6 +274,25 @@ def test_base_navigator_survives_a_kill_during_its_clean_up(tmp_path, monkeypatc
     final, metrics = nav.base_navigator(c, progress=False)
     assert (final / "vln_config.json").is_file() and "normal" in metrics["metrics"]
     assert not (root / "checkpoint" / "optim.pt").exists() and not (root / "backbone").exists()
+    import torch  # what decided the base's float reductions stays with it
+
+    rec = metrics["numerics"]
+    assert rec["threads"] == torch.get_num_threads()
+    assert rec["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert metrics["backbone"] is None  # no pre-training in this config
+
+
+def test_backbone_record_outlives_the_dropped_backbone(tmp_path, caplog):
+    """``metrics.json`` keeps the backbone's pre-training record (the guard's draws) that the clean-up deletes."""
+    import training.vln.navigator as nav
+
+    assert nav._backbone_record(tmp_path) is None  # a backbone given as vlm_path: nothing pre-trained
+    (tmp_path / "backbone").mkdir()
+    record = {"draws": {"chosen": 1, "tried": [{"draw": 0, "val_accuracy": 0.5}, {"draw": 1, "val_accuracy": 0.7}]}}
+    (tmp_path / "backbone" / "grounding.json").write_text(json.dumps(record))
+    assert nav._backbone_record(tmp_path) == record
+    (tmp_path / "backbone" / "grounding.json").write_text('{"draws": ')
+    assert nav._backbone_record(tmp_path) is None and "record is not kept" in caplog.text
 
 
 def test_samples_write_is_atomic(tmp_path, monkeypatch):

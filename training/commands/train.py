@@ -9,6 +9,7 @@ import argparse
 import importlib
 from collections.abc import Callable
 
+from agents.core.numerics import PIN_CHOICES
 from agents.core.registry import Registry
 from training.config_io import add_override_argument
 
@@ -19,6 +20,9 @@ TRAIN_TARGETS.register("vln")("training.vln.train:run_from_args")
 
 
 def _run(args: argparse.Namespace) -> int:
+    from agents.core.numerics import pin_choice
+
+    pin_choice(getattr(args, "pin_numerics", "none"))  # before the trainer's module loads torch
     module, _, fn = TRAIN_TARGETS.get(args.target).partition(":")
     runner: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), fn)
     return int(runner(args) or 0)
@@ -33,4 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="resume from the last checkpoint in the output directory")
     add_override_argument(p, "--set max_steps=10")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--pin-numerics", default="auto", choices=PIN_CHOICES,
+                   help="CPU code paths fixed for bit-reproducible training across x86 machines (auto: avx2 where "
+                        "the CPU has it; none: the machine's widest; agents.core.numerics)")
     p.set_defaults(func=_run)

@@ -20,13 +20,14 @@ from agents.core.io import (
     save_npz,
     write_text,
 )
+from agents.core.numerics import numerics_info
 from agents.vln.modeling_vln import AlldayWalkerPolicy
 from agents.vln.processor_vln import VLNProcessor
 from sim.core.env import NavEnvConfig
 from sim.core.episodes import Episode, GroundTruth
 from sim.nav.env import MujocoNavEnv
 from sim.nav.episode_gen import EpisodeGenConfig, generate_episodes, scene_list
-from training.vln.backbone import SCENE_SET, build_backbone
+from training.vln.backbone import GROUNDING_JSON, SCENE_SET, build_backbone
 from training.vln.config import VLNTrainConfig
 from training.vln.data import Sample, collect
 from training.vln.trainer import Imitation
@@ -205,12 +206,24 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     metrics = {c: evaluate_policy(policy, cfg, eval_eps, eval_gts, c, progress) for c in cfg.eval_conditions}
     policy.save_pretrained(out / "final")
     result = {"metrics": metrics, "steps": state["step"], "samples": state.get("samples", len(samples)),
-              "last_losses": losses[-20:],
-              "fingerprint": cfg.fingerprint(), "config": cfg.to_dict()}
+              "last_losses": losses[-20:], "backbone": _backbone_record(out),
+              "numerics": numerics_info(), "fingerprint": cfg.fingerprint(), "config": cfg.to_dict()}
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=float))
     state["phase"] = "done"
     write_text(checkpoint_dir(out) / STATE, json.dumps(state))
     return result
+
+
+def _backbone_record(out: Path) -> dict[str, Any] | None:
+    """The backbone's pre-training results (``backbone/grounding.json``: held-out scores, every guarded draw), kept
+    in ``metrics.json`` because a finished base drops ``backbone/``; None without pre-training or when unreadable."""
+    try:
+        return read_json_object(out / "backbone" / GROUNDING_JSON)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        log.warning("the backbone's pre-training record is not kept: %s", exc)
+        return None
 
 
 def checkpoint_dir(out: Path) -> Path:
