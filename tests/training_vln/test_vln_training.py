@@ -365,7 +365,7 @@ VLN_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "vln"
 #: cache keys of the base navigators docs/alldaywalker.md and docs/results.md report on: a config edit (or a change
 #: to ``extends:``) that changes them makes the lifelong benchmark retrain its base without saying so
 DOCUMENTED_FINGERPRINTS = {"same_room_scene": "03646046f029", "search_teacher": "e0987d29c7f3",
-                           "search_fine_patches": "c1beb5904fbd"}
+                           "search_fine_patches": "c1beb5904fbd", "search_fine_patches_guarded": "5716353cbf1c"}
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in VLN_CONFIG_DIR.glob("*.yaml")))
@@ -380,6 +380,9 @@ def test_shipped_configs_load(name):
     if name == "search_fine_patches":  # extends search_teacher.yaml -> same_room_scene.yaml -> same_room.yaml
         assert c.tiny["patch_size"] == 8 and c.tiny["hidden_size"] == 128 and c.teacher == "search"
         assert c.agent_config().goal_prefix and c.scene_grounding_config().cotrain == 0.3
+    if name == "search_fine_patches_guarded":  # the parent's scene_grounding mapping, merged key by key
+        sg = c.scene_grounding_config()
+        assert (sg.draws, sg.accept, sg.cotrain, sg.steps) == (3, 0.65, 0.3, 800) and c.tiny["patch_size"] == 8
 
 
 def test_unknown_scene_ids(cfg):
