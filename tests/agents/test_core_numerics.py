@@ -71,8 +71,13 @@ def test_auto_after_torch_loaded_with_other_kernels_warns_and_pins_nothing(clean
 
 def test_numerics_info_is_what_this_process_runs(clean_env):
     clean_env.setenv("MKL_CBWR", "AVX2")
-    info = num.numerics_info()
-    assert info["threads"] == torch.get_num_threads() and info["torch"] == torch.__version__
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1 if threads != 1 else 2)
+    try:
+        info = num.numerics_info()
+        assert info["threads"] == torch.get_num_threads() != threads and info["torch"] == torch.__version__
+    finally:
+        torch.set_num_threads(threads)
     assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert info["env"] == {"MKL_CBWR": "AVX2"} and info["transformers"] and info["numpy"]
     assert isinstance(info["cpu"], str) and info["cpu"]
