@@ -194,6 +194,34 @@ def test_checkpoint_resume(cfg, tmp_path, monkeypatch):
         nav.train_navigator(other, tmp_path, resume=True, progress=False)
 
 
+def test_resume_under_other_numerics_is_said(cfg, tmp_path, monkeypatch, caplog):
+    """A run records the CPU numerics it starts under; resumed under others, it warns that its weights will not be
+    an uninterrupted run's (and does not warn when they are the same)."""
+    import training.vln.navigator as nav
+
+    real_run = nav.Imitation.run
+
+    def killed(self, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(nav.Imitation, "run", killed)
+    with pytest.raises(KeyboardInterrupt):
+        nav.train_navigator(cfg, tmp_path, progress=False)
+    path = tmp_path / "checkpoint" / "state.json"
+    state = json.loads(path.read_text())
+    assert state["numerics"]["threads"] == torch.get_num_threads()
+    assert state["numerics"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    with caplog.at_level("WARNING", logger="training.vln.navigator"), pytest.raises(KeyboardInterrupt):
+        nav.train_navigator(cfg, tmp_path, resume=True, progress=False)
+    assert "other CPU numerics" not in caplog.text
+    state["numerics"]["threads"] += 1
+    path.write_text(json.dumps(state))
+    monkeypatch.setattr(nav.Imitation, "run", real_run)
+    with caplog.at_level("WARNING", logger="training.vln.navigator"):
+        nav.train_navigator(cfg, tmp_path, resume=True, progress=False)
+    assert "resumes under other CPU numerics" in caplog.text
+
+
 def test_run_in_the_old_layout_resumes(cfg, tmp_path, monkeypatch):
     """Runs written before the checkpoint folder kept model/, optim.pt and state.json in the run folder."""
     import shutil

@@ -9,7 +9,7 @@ import argparse
 import importlib
 from collections.abc import Callable
 
-from agents.core.numerics import PIN_CHOICES
+from agents.core.numerics import PIN_CHOICES, pin_choice
 from agents.core.registry import Registry
 from training.config_io import add_override_argument
 
@@ -20,8 +20,6 @@ TRAIN_TARGETS.register("vln")("training.vln.train:run_from_args")
 
 
 def _run(args: argparse.Namespace) -> int:
-    from agents.core.numerics import pin_choice
-
     pin_choice(getattr(args, "pin_numerics", "none"))  # before the trainer's module loads torch
     module, _, fn = TRAIN_TARGETS.get(args.target).partition(":")
     runner: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), fn)

@@ -141,10 +141,12 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
             raise ValueError(f"{out} was trained with a different config (fingerprint {state.get('fingerprint')} "
                              f"vs {cfg.fingerprint()}); use another --out or the same config")
         log.info("resuming %s at phase %s step %s", out, state["phase"], state["phase_step"])
+        _warn_numerics_change(state.get("numerics"), out)
     else:
         if resume:
             log.warning("--resume: no checkpoint in %s, starting fresh", out)
-        state = {"fingerprint": cfg.fingerprint(), "phase": "bc", "phase_step": 0, "collected": [], "step": 0}
+        state = {"fingerprint": cfg.fingerprint(), "phase": "bc", "phase_step": 0, "collected": [], "step": 0,
+                 "numerics": _numerics_key(numerics_info())}
     train_eps, train_gts = make_episodes(cfg, "train", progress=progress)
     eval_eps, eval_gts = make_episodes(cfg, "eval")
     if resumed:
@@ -212,6 +214,19 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     state["phase"] = "done"
     write_text(checkpoint_dir(out) / STATE, json.dumps(state))
     return result
+
+
+def _numerics_key(info: dict[str, Any]) -> dict[str, Any]:
+    """The parts of :func:`numerics_info` that decide the float reductions (kernel ISA, threads, pins, torch)."""
+    return {k: info.get(k) for k in ("torch", "cpu_capability", "threads", "env")}
+
+
+def _warn_numerics_change(started: dict[str, Any] | None, out: Path) -> None:
+    """Say so when a run resumes under other CPU numerics than it started with: its weights will not reproduce."""
+    now = _numerics_key(numerics_info())
+    if started is not None and started != now:
+        log.warning("%s resumes under other CPU numerics than it started with (%s, now %s): the weights will not "
+                    "match an uninterrupted run's", out, started, now)
 
 
 def _backbone_record(out: Path) -> dict[str, Any] | None:
