@@ -167,6 +167,7 @@ def test_backbone_guard_keeps_the_best_draw_on_validation_episodes(nav_cfg, tmp_
     build_backbone(cfg, tmp_path / "b", ["go to the red sofa"])
     d = json.loads((tmp_path / "b" / "grounding.json").read_text())["draws"]
     accs = [t["val_accuracy"] for t in d["tried"]]
+    assert json.loads((tmp_path / "b" / "draws.json").read_text()) == {"accept": 1.0, "tried": d["tried"]}
     assert [t["draw"] for t in d["tried"]] == list(range(len(accs))) and all(t["n"] == len(val) for t in d["tried"])
     assert len(accs) == 3 or accs[-1] >= 1.0  # drawing stops only at the bar
     assert len(set(accs)) > 1  # draws differ (new weights, squares and batch order)

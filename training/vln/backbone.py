@@ -19,10 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from agents.core.io import write_text
+
 log = logging.getLogger(__name__)
 SCENE_SET = "scene_questions.npz"  # the training scene questions, kept for co-training
 HELD_SET = "scene_questions_eval.npz"  # the held-out ones, kept while the guard draws again
 GROUNDING_JSON = "grounding.json"
+DRAWS_JSON = "draws.json"  # the guard's scores so far, written after every draw (a killed build keeps them)
 DRAW_SEED_STRIDE = 1000  # draw k initialises the tiny model with seed + k * stride
 
 
@@ -84,6 +87,7 @@ def _guarded_draws(cfg: Any, out_dir: Path, corpus: list[str], scene: Any) -> tu
         bundle, results = _draw(cfg, out_dir, corpus, k, held_cache=out_dir / HELD_SET)
         acc = scene_accuracy(bundle, val, scene.batch_size)
         tried.append({"draw": k, "val_accuracy": round(acc, 4), "n": len(val)})
+        write_text(out_dir / DRAWS_JSON, json.dumps({"accept": scene.accept, "tried": tried}, indent=1))
         log.info("backbone draw %d: validation scene accuracy %.3f (accept >= %.3f)", k, acc, scene.accept)
         if acc > best_acc:
             best_acc, best_k, best_results = acc, k, results
