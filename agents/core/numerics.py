@@ -61,26 +61,26 @@ def pin_cpu_numerics(isa: str) -> dict[str, str]:
     return dict(env)
 
 
-def cpu_flags() -> set[str] | None:
-    """The CPU's feature flags from ``/proc/cpuinfo``; None where that file is not readable (not Linux)."""
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field : value`` of ``/proc/cpuinfo``; None where the file or the field is missing."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.partition(":")[2].split())
+            if line.startswith(field):
+                return line.partition(":")[2].strip()
     except OSError:
         pass
     return None
 
 
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags from ``/proc/cpuinfo``; None where that file is not readable (not Linux)."""
+    flags = _cpuinfo("flags")
+    return set(flags.split()) if flags is not None else None
+
+
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def numerics_info() -> dict[str, Any]:
