@@ -239,7 +239,7 @@ def _ranks(p: argparse.ArgumentParser, text: str) -> tuple[int, int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agents.core.numerics import PIN_CHOICES, numerics_info, pin_choice  # imports no torch
+    from agents.core.numerics import PIN_CHOICES, PIN_HELP, numerics_info, pin_choice  # imports no torch
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="2 scenes x 2 conditions, tiny settings (< 1 minute)")
@@ -299,8 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                    help="only combine lifelong_vln.json files of runs that split --methods (same tasks) into --out")
     p.add_argument("--pin-numerics", default="auto", choices=PIN_CHOICES,
-                   help="CPU code paths pinned before torch loads (auto: avx2 where the CPU has it; none: the "
-                        "machine's widest; agents.core.numerics)")
+                   help=PIN_HELP)
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     if a.merge:

@@ -8,7 +8,9 @@ episodes). This measures the two things a rebuild depends on, under the CPU nume
 - ``frames``: SHA-256 of the first frames of the config's first evaluation episodes, rendered by MuJoCo (EGL) in
   normal light and at night;
 - ``weights_sha``: SHA-256 of a tiny VLM's weights (the config's backbone architecture, seed 0) after ``--steps``
-  AdamW steps on fixed random image-question examples.
+  AdamW steps on fixed random image-question examples; ``init_weights_sha`` the same before training;
+- ``ops``: hashes of single operations on fixed inputs, one per library path (MKL's GEMM, oneDNN's convolution,
+  torch's reductions, vectorised maths and normal sampler), to say where two machines part.
 
 ``--variants`` trains again in subprocesses, each with one setting changed (the same settings as a control, one
 thread, torch's / MKL's / oneDNN's baseline ISA path), and reports whether the weights stay bit-identical and their
@@ -35,7 +37,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.core.numerics import PIN_CHOICES, numerics_info, pin_choice  # noqa: E402  (imports no torch)
+from agents.core.numerics import PIN_CHOICES, PIN_HELP, numerics_info, pin_choice  # noqa: E402  (imports no torch)
 
 #: variant name -> (environment changes, threads or None for --threads); the control changes nothing
 VARIANTS: dict[str, tuple[dict[str, str], int | None]] = {
@@ -70,8 +72,32 @@ def frame_hashes(cfg: Any, episodes: int) -> dict[str, str]:
     return out
 
 
+def op_hashes() -> dict[str, str]:
+    """Hashes of single operations on fixed inputs, one per library whose CPU path the pin sets: when two machines'
+    weights differ, these say where the float reductions part (MKL's GEMM, oneDNN's convolution, torch's own
+    reductions and vectorised maths, torch's normal sampler that initialises weights)."""
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(257, 384, generator=g), torch.randn(384, 129, generator=g)
+    img, kern = torch.randn(2, 3, 64, 64, generator=g), torch.randn(32, 3, 8, 8, generator=g)
+    x = torch.randn(64, 1000, generator=g)
+    probes = {
+        "gemm (MKL)": lambda: a @ b,
+        "conv2d (oneDNN)": lambda: F.conv2d(img, kern, stride=8),
+        "softmax, layer_norm, sum (torch)": lambda: torch.cat([x.softmax(-1), F.layer_norm(x, (1000,)),
+                                                                 x.sum(-1, keepdim=True)], 1),
+        "gelu, exp (torch)": lambda: torch.cat([F.gelu(x), x.exp()], 1),
+        "normal init (torch)": lambda: torch.empty(4096).normal_(generator=torch.Generator().manual_seed(1)),
+    }
+    with torch.no_grad():
+        return {name: sha([f().contiguous().numpy()]) for name, f in probes.items()}
+
+
 def train_weights(cfg: Any, steps: int) -> Any:
-    """The tiny VLM's weights (one flat float32 array) after ``steps`` steps on fixed random examples."""
+    """The tiny VLM's weights (one flat float32 array) after ``steps`` steps on fixed random examples (0: as
+    initialised)."""
     import numpy as np
     import torch
 
@@ -89,7 +115,8 @@ def train_weights(cfg: Any, steps: int) -> Any:
         examples = [training_example(bundle, rng.integers(0, 256, (cfg.image_size, cfg.image_size, 3), np.uint8),
                                      f"where is object {i}?", answers[i % 4]) for i in range(32)]
         opt = torch.optim.AdamW(bundle.model.parameters(), lr=1e-3, weight_decay=0.0)
-        fit_examples(bundle, opt, examples, steps, 8, np.random.default_rng(0), "steps", progress=False)
+        if steps:
+            fit_examples(bundle, opt, examples, steps, 8, np.random.default_rng(0), "steps", progress=False)
         state = bundle.model.state_dict()
         return np.concatenate([state[k].detach().float().reshape(-1).numpy() for k in sorted(state)])
 
@@ -116,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default=str(ROOT / "configs/vln/search_fine_patches.yaml"),
                    help="navigator config (its backbone architecture, image size and episodes)")
     p.add_argument("--pin-numerics", default="auto", choices=PIN_CHOICES,
-                   help="CPU code paths pinned before torch loads (auto: avx2 where the CPU has it; none: the "
-                        "machine's own)")
+                   help=PIN_HELP)
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--steps", type=int, default=20, help="training steps")
     p.add_argument("--episodes", type=int, default=4, help="evaluation episodes whose first frames are hashed")
@@ -147,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result: dict[str, Any] = {"config": str(Path(a.config).name), "steps": a.steps, "pinned": pinned,
                               "numerics": numerics_info(), "weights_sha": sha([w]),
+                              "init_weights_sha": sha([train_weights(cfg, 0)]), "ops": op_hashes(),
                               "frames": frame_hashes(cfg, a.episodes)}
     if a.variants:
         result["variants"] = run_variants(a, w)

@@ -5,6 +5,11 @@ threads, the vector-ISA path of torch's own kernels (``ATEN_CPU_CAPABILITY``), o
 oneDNN's convolutions (``ONEDNN_MAX_CPU_ISA``). Each picks the widest ISA of the machine by default, so an AVX-512
 machine and an AVX2 machine train different models from one config (docs/alldaywalker.md, "A twentieth look").
 :func:`pin_cpu_numerics` fixes the three paths before torch loads; :func:`numerics_info` records what a run used.
+
+MKL honours ``MKL_CBWR=AVX2`` / ``AVX512`` on Intel CPUs only; on others it takes its automatic branch, so across
+CPU vendors only its ``COMPATIBLE`` branch (the ``portable`` pin, about 2.5x slower GEMMs than AVX2) can give the
+same sums. Measured: an AMD Zen 2 box and an Intel AVX-512 box, both pinned to ``avx2``, train different weights
+(docs/alldaywalker.md, "A twenty-first look").
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ PINS: dict[str, dict[str, str]] = {
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
     "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AVX512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
     "default": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+    # AVX2 kernels with MKL's one branch that every vendor's CPU runs alike (Intel's CNR documentation)
+    "portable": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"},
 }
 #: ISA name -> the /proc/cpuinfo flags it needs (torch's AVX-512 kernels use the F, BW, VL and DQ subsets)
 NEEDS: dict[str, tuple[str, ...]] = {"avx2": ("avx2", "fma"), "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq"),
-                                     "default": ()}
+                                     "default": (), "portable": ("avx2", "fma")}
 ENV_KEYS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -37,10 +44,11 @@ def pin_cpu_numerics(isa: str) -> dict[str, str]:
     Call it before torch is imported: the libraries read these variables when they load. Once torch is loaded with
     another ISA it raises RuntimeError instead of silently changing nothing; with the same one it still sets the
     variables (MKL and oneDNN read theirs at their first call). An ISA the CPU lacks (``/proc/cpuinfo``) raises
-    ValueError. With the same ISA, threads and library versions, two x86 machines are meant to reduce floats alike
+    ValueError. With the same ISA, threads and library versions, two Intel machines are meant to reduce floats alike
     (MKL's conditional numerical reproducibility for its GEMMs; torch's and oneDNN's kernels follow the ISA path);
-    one machine cannot check that: compare ``benchmarks/numerics_repro.py``'s hashes. Rendering (Mesa under EGL) is
-    not covered by the pin; the same script hashes frames."""
+    across vendors MKL needs ``portable``. Neither is measured across two machines of one kind here: compare
+    ``benchmarks/numerics_repro.py``'s hashes. Rendering (Mesa under EGL) is not covered by the pin; the same script
+    hashes frames (an AMD and an Intel box rendered alike)."""
     if isa not in PINS:
         raise ValueError(f"unknown ISA {isa!r} to pin CPU numerics to; choose one of {sorted(PINS)}")
     flags = cpu_flags()
@@ -90,7 +98,8 @@ def numerics_info() -> dict[str, Any]:
 
     info: dict[str, Any] = {
         "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "threads": torch.get_num_threads(), "cpu": cpu_model(), "machine": platform.machine(),
+        "threads": torch.get_num_threads(), "cpu": cpu_model(), "vendor": _cpuinfo("vendor_id"),
+        "machine": platform.machine(),
         "python": platform.python_version(), "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
     }
     for pkg in ("numpy", "transformers", "tokenizers", "mujoco"):
@@ -102,6 +111,9 @@ def numerics_info() -> dict[str, Any]:
 
 
 PIN_CHOICES = ("auto", "none", *PINS)  # what a command's --pin-numerics takes
+PIN_HELP = ("CPU code paths fixed before torch loads, so that a run repeats bit for bit (auto: avx2 where the CPU has "
+            "it, alike across Intel CPUs with AVX2; portable: avx2 with MKL's vendor-neutral GEMMs, slower; none: "
+            "the machine's widest, fastest; see agents.core.numerics)")  # what a command's --pin-numerics says
 
 
 def pin_choice(choice: str) -> str | None:

@@ -33,6 +33,15 @@ def test_a_pin_set_before_torch_loads_decides_its_kernels():
     assert out.stdout.split() == ["DEFAULT", "COMPATIBLE", "SSE41"]
 
 
+@pytest.mark.skipif(not all(f in (num.cpu_flags() or set()) for f in num.NEEDS["avx2"]), reason="needs AVX2")
+def test_the_portable_pin_runs_avx2_kernels_with_mkls_vendor_neutral_gemms():
+    code = ("import os; from agents.core.numerics import pin_choice as p; print(p('portable')); import torch; "
+            "print(torch.backends.cpu.get_cpu_capability(), os.environ['MKL_CBWR'], os.environ['ONEDNN_MAX_CPU_ISA'])")
+    env = {k: v for k, v in os.environ.items() if k not in num.ENV_KEYS}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    assert out.stdout.split() == ["portable", "AVX2", "COMPATIBLE", "AVX2"]
+
+
 def test_pinning_another_isa_after_torch_loaded_is_an_error(clean_env):
     have = torch.backends.cpu.get_cpu_capability().lower()
     other = "default" if have != "default" else "avx2"
@@ -81,3 +90,5 @@ def test_numerics_info_is_what_this_process_runs(clean_env):
     assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert info["env"] == {"MKL_CBWR": "AVX2"} and info["transformers"] and info["numpy"]
     assert isinstance(info["cpu"], str) and info["cpu"]
+    if Path("/proc/cpuinfo").is_file():  # MKL honours its ISA branches on Intel CPUs only: the vendor is recorded
+        assert info["vendor"] in Path("/proc/cpuinfo").read_text()

@@ -9,7 +9,7 @@ import argparse
 import importlib
 from collections.abc import Callable
 
-from agents.core.numerics import PIN_CHOICES, pin_choice
+from agents.core.numerics import PIN_CHOICES, PIN_HELP, pin_choice
 from agents.core.registry import Registry
 from training.config_io import add_override_argument
 
@@ -36,6 +36,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_override_argument(p, "--set max_steps=10")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--pin-numerics", default="auto", choices=PIN_CHOICES,
-                   help="CPU code paths fixed for bit-reproducible training across x86 machines (auto: avx2 where "
-                        "the CPU has it; none: the machine's widest; agents.core.numerics)")
+                   help=PIN_HELP)
     p.set_defaults(func=_run)
