@@ -86,6 +86,13 @@ def cpu_flags() -> set[str] | None:
     return set(flags.split()) if flags is not None else None
 
 
+def cpu_has(isa: str) -> bool:
+    """Whether this CPU has the flags the ``isa`` pin (a key of :data:`PINS`) needs; False where the flags are not
+    readable and the pin needs any."""
+    flags = cpu_flags() or set()
+    return all(f in flags for f in NEEDS[isa])
+
+
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
     return _cpuinfo("model name") or platform.processor() or platform.machine()
@@ -124,8 +131,7 @@ def pin_choice(choice: str) -> str | None:
     if choice == "none":
         return None
     if choice == "auto":
-        flags = cpu_flags()
-        if flags is None or not all(f in flags for f in NEEDS["avx2"]):
+        if not cpu_has("avx2"):
             log.info("CPU numerics not pinned: no AVX2 on this CPU (%s)", cpu_model())
             return None
         choice = "avx2"

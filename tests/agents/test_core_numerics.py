@@ -33,7 +33,7 @@ def test_a_pin_set_before_torch_loads_decides_its_kernels():
     assert out.stdout.split() == ["DEFAULT", "COMPATIBLE", "SSE41"]
 
 
-@pytest.mark.skipif(not all(f in (num.cpu_flags() or set()) for f in num.NEEDS["avx2"]), reason="needs AVX2")
+@pytest.mark.skipif(not num.cpu_has("avx2"), reason="needs AVX2")
 def test_the_portable_pin_runs_avx2_kernels_with_mkls_vendor_neutral_gemms():
     code = ("import os; from agents.core.numerics import pin_choice as p; print(p('portable')); import torch; "
             "print(torch.backends.cpu.get_cpu_capability(), os.environ['MKL_CBWR'], os.environ['ONEDNN_MAX_CPU_ISA'])")
@@ -45,7 +45,7 @@ def test_the_portable_pin_runs_avx2_kernels_with_mkls_vendor_neutral_gemms():
 def test_pinning_another_isa_after_torch_loaded_is_an_error(clean_env):
     have = torch.backends.cpu.get_cpu_capability().lower()
     other = "default" if have != "default" else "avx2"
-    if other == "avx2" and not all(f in (num.cpu_flags() or set()) for f in num.NEEDS["avx2"]):
+    if other == "avx2" and not num.cpu_has("avx2"):
         pytest.skip("torch runs its baseline kernels and the CPU has no AVX2: no other ISA to pin")
     with pytest.raises(RuntimeError, match="before importing torch"):
         num.pin_cpu_numerics(other)
@@ -61,6 +61,11 @@ def test_unknown_isa_and_an_isa_the_cpu_lacks(clean_env):
     with pytest.raises(ValueError, match=r"lacks \['avx2'\].*pin an ISA it has \(\['default'\]\)"):
         num.pin_cpu_numerics("avx2")
     assert num.pin_choice("auto") is None  # auto pins nothing on a CPU without AVX2
+    assert not num.cpu_has("avx2") and not num.cpu_has("portable") and num.cpu_has("default")
+    clean_env.setattr(num, "cpu_flags", lambda: {"avx2", "fma", "avx512f"})
+    assert num.cpu_has("avx2") and num.cpu_has("portable") and not num.cpu_has("avx512")  # no BW, VL, DQ
+    clean_env.setattr(num, "cpu_flags", lambda: None)
+    assert not num.cpu_has("avx2") and num.cpu_has("default")
     assert not any(k in os.environ for k in num.ENV_KEYS)
 
 
