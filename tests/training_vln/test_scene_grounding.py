@@ -193,6 +193,31 @@ def test_backbone_guard_stops_at_the_first_accepted_draw_which_is_the_unguarded_
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_backbone_guard_rejects_a_draw_whose_bind_stages_fail_before_its_scene_stages(nav_cfg, tmp_path,
+                                                                                      monkeypatch) -> None:
+    """``bind_accept`` above what 2 square steps reach: draws 0 and 1 stop after their square stages (no scene
+    stages, no validation score), and the last draw, with none scored yet, runs in full and is kept."""
+    import json
+
+    from training.vln import backbone
+
+    scene_runs = []
+    real = sg.pretrain_scene_grounding
+    monkeypatch.setattr(sg, "pretrain_scene_grounding", lambda *a, **k: scene_runs.append(k["draw"]) or real(*a, **k))
+    squares = {"stages": [[24, 2, 1.0, "side_of"]], "steps_per_stage": 2, "samples_per_stage": 16, "batch_size": 8}
+    cfg = VLNTrainConfig(**{**nav_cfg.to_dict(), "grounding": squares,
+                            "scene_grounding": {**nav_cfg.scene_grounding, "draws": 3, "accept": 1.0,
+                                                "bind_accept": 1.0}})
+    backbone.build_backbone(cfg, tmp_path / "b", ["go to the red sofa"])
+    d = json.loads((tmp_path / "b" / "grounding.json").read_text())["draws"]
+    assert [t.get("rejected") for t in d["tried"]] == ["bind", "bind", None] and scene_runs == [2]
+    assert [t["val_accuracy"] is None for t in d["tried"]] == [True, True, False]
+    assert all(0.0 <= t["bind_accuracy"] < 1.0 for t in d["tried"]) and d["chosen"] == 2 and d["bind_accept"] == 1.0
+    assert json.loads((tmp_path / "b" / "draws.json").read_text())["tried"] == d["tried"]
+    with pytest.raises(ValueError, match="bind_accept"):
+        VLNTrainConfig(**{**cfg.to_dict(), "scene_grounding": {**cfg.scene_grounding, "bind_accept": 1.5}})
+
+
 def test_cotraining_mixes_scene_questions_into_imitation_batches(tmp_path) -> None:
     """One imitation sample and one scene question, batch 2 at cotrain 0.5: the question is learnt alongside; at
     cotrain 0 it is never seen and its loss does not fall."""

@@ -53,10 +53,11 @@ def _tiny(cfg: Any, out_dir: Path, corpus: list[str], k: int) -> Path:
                           corpus=BASE_WORDS + corpus[:400] + extra, seed=cfg.seed + k * DRAW_SEED_STRIDE, **cfg.tiny)
 
 
-def _draw(cfg: Any, out_dir: Path, corpus: list[str], k: int, held_cache: Path | None = None
-          ) -> tuple[Any, dict[str, Any]]:
+def _draw(cfg: Any, out_dir: Path, corpus: list[str], k: int, held_cache: Path | None = None,
+          bind_accept: float = 0.0) -> tuple[Any, dict[str, Any]]:
     """Draw ``k`` of the backbone: built into ``out_dir`` and pre-trained; returns (bundle, results).
-    ``held_cache``: where the held-out scene questions are kept between draws."""
+    ``held_cache``: where the held-out scene questions are kept between draws. A draw whose last square-grounding
+    stage ends under ``bind_accept`` stops there, with ``results["rejected"] = "bind"``."""
     from agents.vlm.bundle import load_vlm
     from training.vlm.grounding import pretrain_grounding
     from training.vln.scene_grounding import pretrain_scene_grounding
@@ -67,6 +68,10 @@ def _draw(cfg: Any, out_dir: Path, corpus: list[str], k: int, held_cache: Path |
     if grounding is not None:
         results["grounding"] = pretrain_grounding(bundle, dataclasses.replace(grounding, seed=grounding.seed + k))
         log.info("grounding pre-training of the backbone: %s", results["grounding"]["stages"])
+        if results["grounding"]["final_accuracy"] < bind_accept:
+            log.info("backbone draw %d rejected before its scene stages: last bind stage %.3f < %.3f", k,
+                     results["grounding"]["final_accuracy"], bind_accept)
+            return bundle, {**results, "rejected": "bind"}
     if scene is not None:
         results["scene_grounding"] = pretrain_scene_grounding(bundle, cfg, scene, cache=Path(out_dir) / SCENE_SET,
                                                               draw=k, held_cache=held_cache)
@@ -84,23 +89,29 @@ def _guarded_draws(cfg: Any, out_dir: Path, corpus: list[str], scene: Any) -> tu
     best_acc, best_k, best_state, best_results = -1.0, -1, {}, {}
     tried: list[dict[str, Any]] = []
     for k in range(scene.draws):
-        bundle, results = _draw(cfg, out_dir, corpus, k, held_cache=out_dir / HELD_SET)
-        acc = scene_accuracy(bundle, val, scene.batch_size)
-        tried.append({"draw": k, "val_accuracy": round(acc, 4), "n": len(val)})
+        # the last draw is never cut short while no draw has been scored: the guard always keeps a full one
+        bind_accept = scene.bind_accept if (k < scene.draws - 1 or best_k >= 0) else 0.0
+        bundle, results = _draw(cfg, out_dir, corpus, k, held_cache=out_dir / HELD_SET, bind_accept=bind_accept)
+        bind = results.get("grounding", {}).get("final_accuracy")
+        acc = -1.0 if results.get("rejected") else scene_accuracy(bundle, val, scene.batch_size)
+        tried.append({"draw": k, "val_accuracy": round(acc, 4) if acc >= 0 else None, "n": len(val),
+                      "bind_accuracy": bind, **({"rejected": results["rejected"]} if acc < 0 else {})})
         write_text(out_dir / DRAWS_JSON, json.dumps({"accept": scene.accept, "tried": tried}, indent=1))
+        if acc < 0:
+            continue
         log.info("backbone draw %d: validation scene accuracy %.3f (accept >= %.3f)", k, acc, scene.accept)
         if acc > best_acc:
             best_acc, best_k, best_results = acc, k, results
             best_state = {n: t.detach().clone() for n, t in bundle.model.state_dict().items()}
         if acc >= scene.accept:
             break
-    if best_k != tried[-1]["draw"]:
+    if best_k != tried[-1]["draw"]:  # the bundle holds the last draw tried (perhaps one rejected early)
         bundle.model.load_state_dict(best_state)
     if best_acc < scene.accept:
         log.warning("no backbone draw of %d reached validation scene accuracy %.3f; keeping draw %d (%.3f)",
                     len(tried), scene.accept, best_k, best_acc)
-    best_results["draws"] = {"accept": scene.accept, "chosen": best_k, "accepted": best_acc >= scene.accept,
-                             "tried": tried}
+    best_results["draws"] = {"accept": scene.accept, "bind_accept": scene.bind_accept, "chosen": best_k,
+                             "accepted": best_acc >= scene.accept, "tried": tried}
     return bundle, best_results
 
 
