@@ -65,8 +65,9 @@ def steered(tmp_path_factory):
         (img, prompts.motion_prompt(INS, "lift"), "move up, then close the gripper"),
         (img, prompts.actions_prompt(INS, "descend", "move down"), DESCEND),
         (img, prompts.actions_prompt(INS, "lift", "move up, then close the gripper"), LIFT),
-        (img, prompts.verify_prompt(INS, "descend"), "yes"),
-        (img, prompts.verify_prompt(INS, "lift"), "no"),
+        # twice each: the two questions differ in one word and their answers are one token of the whole batch's loss
+        (img, prompts.verify_prompt(INS, "descend"), "yes"), (img, prompts.verify_prompt(INS, "descend"), "yes"),
+        (img, prompts.verify_prompt(INS, "lift"), "no"), (img, prompts.verify_prompt(INS, "lift"), "no"),
         (img, prompts.subtasks_prompt(RETRY_INS), "lift"),
         (img, prompts.motion_prompt(RETRY_INS, "lift"), "move forward"),
     ]
