@@ -55,7 +55,7 @@ def pin_cpu_numerics(isa: str) -> dict[str, str]:
     missing = [f for f in NEEDS[isa] if flags is not None and f not in flags]
     if missing:
         raise ValueError(f"this CPU ({cpu_model()}) lacks {missing}: it cannot run the {isa!r} code paths; pin an ISA "
-                         f"it has ({[k for k, v in NEEDS.items() if all(f in flags for f in v)]})")
+                         f"it has ({[k for k in NEEDS if cpu_has(k)]})")
     env = PINS[isa]
     if "torch" in sys.modules:
         import torch
