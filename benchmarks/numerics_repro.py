@@ -95,9 +95,9 @@ def op_hashes() -> dict[str, str]:
         return {name: sha([f().contiguous().numpy()]) for name, f in probes.items()}
 
 
-def train_weights(cfg: Any, steps: int) -> Any:
-    """The tiny VLM's weights (one flat float32 array) after ``steps`` steps on fixed random examples (0: as
-    initialised)."""
+def train_weights(cfg: Any, steps: int) -> tuple[Any, Any]:
+    """The tiny VLM's weights (flat float32 arrays) as initialised and after ``steps`` steps on fixed random
+    examples."""
     import numpy as np
     import torch
 
@@ -114,11 +114,14 @@ def train_weights(cfg: Any, steps: int) -> Any:
         answers = ["left.", "right.", "ahead.", "none."]
         examples = [training_example(bundle, rng.integers(0, 256, (cfg.image_size, cfg.image_size, 3), np.uint8),
                                      f"where is object {i}?", answers[i % 4]) for i in range(32)]
+        def flat() -> Any:
+            state = bundle.model.state_dict()
+            return np.concatenate([state[k].detach().float().reshape(-1).numpy() for k in sorted(state)])
+
+        initial = flat()
         opt = torch.optim.AdamW(bundle.model.parameters(), lr=1e-3, weight_decay=0.0)
-        if steps:
-            fit_examples(bundle, opt, examples, steps, 8, np.random.default_rng(0), "steps", progress=False)
-        state = bundle.model.state_dict()
-        return np.concatenate([state[k].detach().float().reshape(-1).numpy() for k in sorted(state)])
+        fit_examples(bundle, opt, examples, steps, 8, np.random.default_rng(0), "steps", progress=False)
+        return initial, flat()
 
 
 def run_variants(a: argparse.Namespace, ref: Any) -> dict[str, dict[str, Any]]:
@@ -167,13 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     cfg = VLNTrainConfig.from_yaml(a.config)
     t0 = time.time()
-    w = train_weights(cfg, a.steps)
+    w0, w = train_weights(cfg, a.steps)
     if a.worker:
         np.save(a.worker, w)
         return 0
     result: dict[str, Any] = {"config": str(Path(a.config).name), "steps": a.steps, "pinned": pinned,
                               "numerics": numerics_info(), "weights_sha": sha([w]),
-                              "init_weights_sha": sha([train_weights(cfg, 0)]), "ops": op_hashes(),
+                              "init_weights_sha": sha([w0]), "ops": op_hashes(),
                               "frames": frame_hashes(cfg, a.episodes)}
     if a.variants:
         result["variants"] = run_variants(a, w)
