@@ -92,12 +92,16 @@ def _guarded_draws(cfg: Any, out_dir: Path, corpus: list[str], scene: Any) -> tu
         # the last draw is never cut short while no draw has been scored: the guard always keeps a full one
         bind_accept = scene.bind_accept if (k < scene.draws - 1 or best_k >= 0) else 0.0
         bundle, results = _draw(cfg, out_dir, corpus, k, held_cache=out_dir / HELD_SET, bind_accept=bind_accept)
-        bind = results.get("grounding", {}).get("final_accuracy")
-        acc = -1.0 if results.get("rejected") else scene_accuracy(bundle, val, scene.batch_size)
-        tried.append({"draw": k, "val_accuracy": round(acc, 4) if acc >= 0 else None, "n": len(val),
-                      "bind_accuracy": bind, **({"rejected": results["rejected"]} if acc < 0 else {})})
+        entry = {"draw": k, "val_accuracy": None, "n": len(val),
+                 "bind_accuracy": results.get("grounding", {}).get("final_accuracy")}
+        if results.get("rejected"):
+            entry["rejected"] = results["rejected"]
+        else:
+            acc = scene_accuracy(bundle, val, scene.batch_size)
+            entry["val_accuracy"] = round(acc, 4)
+        tried.append(entry)
         write_text(out_dir / DRAWS_JSON, json.dumps({"accept": scene.accept, "tried": tried}, indent=1))
-        if acc < 0:
+        if "rejected" in entry:
             continue
         log.info("backbone draw %d: validation scene accuracy %.3f (accept >= %.3f)", k, acc, scene.accept)
         if acc > best_acc:
