@@ -213,6 +213,7 @@ def test_backbone_guard_rejects_a_draw_whose_bind_stages_fail_before_its_scene_s
     assert [t.get("rejected") for t in d["tried"]] == ["bind", "bind", None] and scene_runs == [2]
     assert [t["val_accuracy"] is None for t in d["tried"]] == [True, True, False]
     assert all(0.0 <= t["bind_accuracy"] < 1.0 for t in d["tried"]) and d["chosen"] == 2 and d["bind_accept"] == 1.0
+    assert all(t["bind_stages"] == [t["bind_accuracy"]] for t in d["tried"])  # one square stage, its accuracy
     assert json.loads((tmp_path / "b" / "draws.json").read_text())["tried"] == d["tried"]
     with pytest.raises(ValueError, match="bind_accept"):
         VLNTrainConfig(**{**cfg.to_dict(), "scene_grounding": {**cfg.scene_grounding, "bind_accept": 1.5}})

@@ -92,8 +92,9 @@ def _guarded_draws(cfg: Any, out_dir: Path, corpus: list[str], scene: Any) -> tu
         # the last draw is never cut short while no draw has been scored: the guard always keeps a full one
         bind_accept = scene.bind_accept if (k < scene.draws - 1 or best_k >= 0) else 0.0
         bundle, results = _draw(cfg, out_dir, corpus, k, held_cache=out_dir / HELD_SET, bind_accept=bind_accept)
-        entry = {"draw": k, "val_accuracy": None, "n": len(val),
-                 "bind_accuracy": results.get("grounding", {}).get("final_accuracy")}
+        grounding = results.get("grounding", {})
+        entry = {"draw": k, "val_accuracy": None, "n": len(val), "bind_accuracy": grounding.get("final_accuracy"),
+                 "bind_stages": [st["accuracy"] for st in grounding.get("stages", [])]}
         if results.get("rejected"):
             entry["rejected"] = results["rejected"]
         else:
