@@ -9,8 +9,8 @@ episodes). This measures the two things a rebuild depends on, under the CPU nume
   normal light and at night;
 - ``weights_sha``: SHA-256 of a tiny VLM's weights (the config's backbone architecture, seed 0) after ``--steps``
   AdamW steps on fixed random image-question examples; ``init_weights_sha`` the same before training;
-- ``ops``: hashes of single operations on fixed inputs, one per library path (MKL's GEMM, oneDNN's convolution,
-  torch's reductions, vectorised maths and normal sampler), to say where two machines part.
+- ``ops``: hashes of single operations on fixed inputs drawn by numpy, one per library path (MKL's GEMM, oneDNN's
+  convolution, torch's reductions, vectorised maths and normal sampler), to say where two machines part.
 
 ``--variants`` trains again in subprocesses, each with one setting changed (the same settings as a control, one
 thread, torch's / MKL's / oneDNN's baseline ISA path), and reports whether the weights stay bit-identical and their
@@ -76,13 +76,14 @@ def op_hashes() -> dict[str, str]:
     """Hashes of single operations on fixed inputs, one per library whose CPU path the pin sets: when two machines'
     weights differ, these say where the float reductions part (MKL's GEMM, oneDNN's convolution, torch's own
     reductions and vectorised maths, torch's normal sampler that initialises weights)."""
+    import numpy as np
     import torch
     import torch.nn.functional as F
 
-    g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(257, 384, generator=g), torch.randn(384, 129, generator=g)
-    img, kern = torch.randn(2, 3, 64, 64, generator=g), torch.randn(32, 3, 8, 8, generator=g)
-    x = torch.randn(64, 1000, generator=g)
+    # inputs from numpy, not torch's sampler: its vectorised path differs between pins, and each probe must see one op
+    rng = np.random.default_rng(0)
+    a, b, img, kern, x = (torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+                          for shape in ((257, 384), (384, 129), (2, 3, 64, 64), (32, 3, 8, 8), (64, 1000)))
     probes = {
         "gemm (MKL)": lambda: a @ b,
         "conv2d (oneDNN)": lambda: F.conv2d(img, kern, stride=8),

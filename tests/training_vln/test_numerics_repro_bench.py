@@ -45,6 +45,11 @@ def test_op_hashes_name_the_library_path_that_changed():
     assert base["ops"]["gemm (MKL)"] != avx2["ops"]["gemm (MKL)"]  # MKL's compatible path sums in another order
     assert base["ops"]["gelu, exp (torch)"] != avx2["ops"]["gelu, exp (torch)"]  # torch's baseline vs AVX2 maths
     assert base["init_weights_sha"] != avx2["init_weights_sha"]
+    # each probe sees one path: portable has baseline's MKL branch and AVX2's torch and oneDNN kernels
+    portable = _run("--steps", "1", "--episodes", "1", "--pin-numerics", "portable")
+    assert portable["ops"]["gemm (MKL)"] == base["ops"]["gemm (MKL)"]
+    assert {k: v for k, v in portable["ops"].items() if k != "gemm (MKL)"} == \
+        {k: v for k, v in avx2["ops"].items() if k != "gemm (MKL)"}
 
 
 def test_bad_arguments_are_clear_errors():
