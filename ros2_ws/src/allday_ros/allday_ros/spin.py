@@ -8,8 +8,34 @@ from collections.abc import Callable
 from typing import Any
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.exceptions import InvalidHandle
+from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
+
+MAX_INVALID_HANDLE_RETRIES = 1000
+
+
+def spin(executor: Executor, max_retries: int = MAX_INVALID_HANDLE_RETRIES) -> int:
+    """``executor.spin()`` that survives an entity destroyed while another thread builds the wait set.
+
+    rclpy (9.1) marks a QoS event handler in use while the executor gathers its wait set, but a publisher or
+    subscription destroyed in that window (a lifecycle *cleanup* running on a worker thread of a
+    MultiThreadedExecutor) makes ``add_to_wait_set`` raise ``InvalidHandle: cannot use Destroyable because
+    destruction was requested``, and ``executor.spin()`` lets it kill the node. The destroyed entity has already
+    left the node's lists, so the next ``spin_once`` builds a clean wait set: retry, and give up only after
+    ``max_retries`` such errors in a row. Returns how many were absorbed."""
+    absorbed = in_a_row = 0
+    while executor.context.ok() and not getattr(executor, "_is_shutdown", False):  # spin()'s own condition
+        try:
+            executor.spin_once()
+        except InvalidHandle:
+            absorbed += 1
+            in_a_row += 1
+            if in_a_row > max_retries:
+                raise
+            continue
+        in_a_row = 0
+    return absorbed
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -40,7 +66,7 @@ def run_node(factory: Callable[[], Any], args: list[str] | None = None, name: st
         executor.add_node(node)
         if on_start is not None:
             on_start(node)
-        executor.spin()
+        spin(executor)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
