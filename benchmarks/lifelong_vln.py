@@ -244,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="2 scenes x 2 conditions, tiny settings (< 1 minute)")
     p.add_argument("--base-config", default=str(ROOT / "configs/vln/base.yaml"), help="base navigator config")
+    p.add_argument("--base-dir", default=None, metavar="DIR",
+                   help="start from this exported base (scripts/export_vln_base.py) instead of the cache; it must "
+                        "have been built from --base-config (checked, with every file's SHA-256)")
     p.add_argument("--scenes", type=int, default=3)
     p.add_argument("--conditions", default="normal,low_light,overexposure,scattering")
     p.add_argument("--unseen", type=int, default=2, help="(scene, condition) pairs held out of the sequence")
@@ -336,7 +339,15 @@ def main(argv: list[str] | None = None) -> int:
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
                              full_matrix=not a.diagonal_only, ewc_lambda=a.ewc_lambda,
                              tuka_ranks=_ranks(p, a.tuka_ranks), offline_samples=a.offline_samples, **shared)
-    base_dir, base_result = base_navigator(base, progress=not a.quick)
+    if a.base_dir:
+        from training.vln.base_store import use_base
+
+        try:
+            base_dir, base_result = use_base(a.base_dir, base)
+        except ValueError as exc:
+            p.error(f"--base-dir: {exc}")
+    else:
+        base_dir, base_result = base_navigator(base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)
     if a.camera_only:  # how the tasks render their conditions; the base trained in normal light is reused
