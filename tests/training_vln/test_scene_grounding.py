@@ -171,6 +171,13 @@ def test_backbone_guard_keeps_the_best_draw_on_validation_episodes(nav_cfg, tmp_
     assert [t["draw"] for t in d["tried"]] == list(range(len(accs))) and all(t["n"] == len(val) for t in d["tried"])
     assert len(accs) == 3 or accs[-1] >= 1.0  # drawing stops only at the bar
     assert len(set(accs)) > 1  # draws differ (new weights, squares and batch order)
+    stages = cfg.scene_grounding_config().stage_list()
+    for t in d["tried"]:  # every scored draw records its scene stages (held-out accuracy, final loss)
+        assert len(t["scene_stages"]) == len(t["scene_losses"]) == len(stages)
+        assert all(0.0 <= a <= 1.0 for a in t["scene_stages"]) and all(x >= 0.0 for x in t["scene_losses"])
+    chosen = d["tried"][d["chosen"]]
+    saved_stages = json.loads((tmp_path / "b" / "grounding.json").read_text())["scene_grounding"]["stages"]
+    assert chosen["scene_stages"] == [st["held_out"]["accuracy"] for st in saved_stages]
     assert d["chosen"] == int(np.argmax(accs)) and d["accepted"] == (max(accs) >= 1.0)
     saved = scene_accuracy(load_vlm(tmp_path / "b"), val, 8)
     assert saved == pytest.approx(max(accs), abs=1e-4)

@@ -97,7 +97,10 @@ def _guarded_draws(cfg: Any, out_dir: Path, corpus: list[str], scene: Any) -> tu
                  "bind_stages": [st["accuracy"] for st in grounding.get("stages", [])]}
         if results.get("rejected"):
             entry["rejected"] = results["rejected"]
-        else:
+        else:  # each scene stage's held-out accuracy and final loss: what an earlier cut-off would be set from
+            stages = results.get("scene_grounding", {}).get("stages", [])
+            entry["scene_stages"] = [st.get("held_out", {}).get("accuracy") for st in stages]
+            entry["scene_losses"] = [st.get("loss") for st in stages]
             acc = scene_accuracy(bundle, val, scene.batch_size)
             entry["val_accuracy"] = round(acc, 4)
         tried.append(entry)
