@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agents.core.io import read_json_object, write_text
+from agents.core.io import atomic_dir, read_json_object, write_text
 from training.vln.config import VLNTrainConfig
 
 log = logging.getLogger(__name__)
@@ -47,14 +47,12 @@ def export_base(root: str | Path, dest: str | Path) -> Path:
     if dest.exists():
         raise FileExistsError(f"{dest} exists; export to a new folder")
     metrics = read_json_object(root / METRICS, required=("fingerprint", "config", "metrics"))
-    tmp = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(root / FINAL, tmp / FINAL)
-    shutil.copy2(root / METRICS, tmp / METRICS)
-    manifest = {"fingerprint": metrics["fingerprint"],
-                "files": {p.relative_to(tmp).as_posix(): _sha256(p) for p in _files(tmp)}}
-    write_text(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    tmp.rename(dest)
+    with atomic_dir(dest) as tmp:
+        shutil.copytree(root / FINAL, tmp / FINAL)
+        shutil.copy2(root / METRICS, tmp / METRICS)
+        manifest = {"fingerprint": metrics["fingerprint"],
+                    "files": {p.relative_to(tmp).as_posix(): _sha256(p) for p in _files(tmp)}}
+        write_text(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     log.info("exported base %s to %s (%d files)", metrics["fingerprint"], dest, len(manifest["files"]))
     return dest
 
