@@ -22,6 +22,7 @@ try:
     from allday_ros.interfaces import load_interfaces
 
     ExecuteInstruction = load_interfaces().ExecuteInstruction
+    ArmCommand = load_interfaces("msg").ArmCommand
 except ImportError as exc:
     pytest.skip(f"allday_interfaces is not built ({exc}): run scripts/build_ros.sh", allow_module_level=True)
 
@@ -97,9 +98,11 @@ def arm(start_node, ros_node):
     sim = start_node("manip_sim_node", "-p", "task:=lift", "-p", "image_size:=64", "-p", "seed:=3", env=env)
     vla = start_node("vla_node", "-p", "policy:=scripted_lift", "-p", f"stale_timeout:={STALE_S}", env=env)
     status: list[dict] = []
-    deltas: list[TwistStamped] = []
+    deltas: list = []  # ArmCommand on /arm_cmd: what the arm steps on
+    mirrors: list[TwistStamped] = []  # the standard-topic mirror of each command's delta
     subs = [ros_node.create_subscription(String, "/manip/status", lambda m: status.append(json.loads(m.data)), 50),
-            ros_node.create_subscription(TwistStamped, "/ee_delta_cmd", deltas.append, 50)]
+            ros_node.create_subscription(ArmCommand, "/arm_cmd", deltas.append, 200),
+            ros_node.create_subscription(TwistStamped, "/ee_delta_cmd", mirrors.append, 200)]
     # the sim builds robosuite (~4 s) before publishing; the vla node is up once its lifecycle service answers
     assert spin_until(ros_node, lambda: bool(status) or sim.proc.poll() is not None, timeout=60), "no /manip/status"
     assert sim.proc.poll() is None and vla.proc.poll() is None, "a node exited at start-up"
@@ -110,7 +113,8 @@ def arm(start_node, ros_node):
     client = ActionClient(ros_node, ExecuteInstruction, "/vla/execute_instruction")
     assert client.wait_for_server(timeout_sec=20), "action server missing after activate"
     reset = ros_node.create_client(Trigger, "/manip_sim_node/reset")
-    yield {"node": ros_node, "client": client, "status": status, "deltas": deltas, "reset": reset, "sim": sim}
+    yield {"node": ros_node, "client": client, "status": status, "deltas": deltas, "mirrors": mirrors,
+           "reset": reset, "sim": sim}
     client.destroy()
     for s in subs:
         ros_node.destroy_subscription(s)
@@ -127,9 +131,9 @@ def test_pick_up_red_cube_succeeds_with_feedback_and_rejects_bad_goals(arm):
     status, result = goal.result(timeout=60)
     elapsed = time.monotonic() - t0
     assert status == GoalStatus.STATUS_SUCCEEDED, result.message
-    # 11-15 steps when the gripper command (its own topic) lands before the delta that triggers the step; under
-    # load it can land after and the grasp is retried, so the bound is the goal's max_steps (see docs/ros2.md)
-    assert result.success and 5 <= result.steps <= 80, (result.steps, result.message)
+    # 11-15 steps: delta and gripper travel in one ArmCommand, so the grasp closes on the step it was sent with
+    # (when they were two topics, a gripper landing after its delta made the grasp retry: 52-56 steps, or a failure)
+    assert result.success and 5 <= result.steps <= 20, (result.steps, result.message)
     assert len(goal.feedback) == result.steps
     fb = goal.feedback
     assert [f.step for f in fb] == list(range(1, result.steps + 1))
@@ -138,13 +142,20 @@ def test_pick_up_red_cube_succeeds_with_feedback_and_rejects_bad_goals(arm):
     assert all(len(f.action) == 4 and max(abs(v) for v in f.action[:3]) <= 0.05 + 1e-6 for f in fb)
     assert any(f.action[3] > 0.5 for f in fb), "never closed the gripper"
     assert spin_until(node, lambda: any(s["success"] for s in arm["status"]), timeout=5)
-    assert len(arm["deltas"]) >= result.steps
+    # every step's command carried the delta and the gripper the policy chose for that step, in one message
+    assert spin_until(node, lambda: len(arm["deltas"]) >= result.steps, timeout=5)
+    sent = [(c.delta.x, c.delta.y, c.delta.z, c.gripper) for c in arm["deltas"][-result.steps:]]
+    assert all(abs(a - b) < 1e-6 for f, c in zip(fb, sent) for a, b in zip(f.action, c)), "command != feedback"
+    # ... and the standard-topic mirror carries the same deltas
+    assert spin_until(node, lambda: len(arm["mirrors"]) >= len(arm["deltas"]), timeout=5)
+    assert [(m.twist.linear.x, m.twist.linear.y, m.twist.linear.z) for m in arm["mirrors"][-result.steps:]] \
+        == [c[:3] for c in sent]
     print(f"lift over ROS 2: {result.steps} steps in {elapsed:.1f} s")
 
 
 def _is_zero(msg) -> bool:
-    """A TwistStamped delta that moves nothing."""
-    return (msg.twist.linear.x, msg.twist.linear.y, msg.twist.linear.z) == (0.0, 0.0, 0.0)
+    """An ArmCommand that moves nothing and holds the gripper."""
+    return (msg.delta.x, msg.delta.y, msg.delta.z, msg.gripper) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_cancel_stops_the_goal(arm):
@@ -205,11 +216,12 @@ def test_dry_run_and_lifecycle_teardown(arm):
     assert change_state(node, Transition.TRANSITION_CONFIGURE)
     assert change_state(node, Transition.TRANSITION_ACTIVATE)
     assert arm["client"].wait_for_server(timeout_sec=20)
-    n = len(arm["deltas"])
+    n, n_mirrors = len(arm["deltas"]), len(arm["mirrors"])
     goal = Goal(node, arm["client"], "pick up the red cube", max_steps=3)
     assert goal.accepted
     status, result = goal.result(timeout=20)
     assert status == GoalStatus.STATUS_ABORTED and "max_steps" in result.message, result.message
     assert len(goal.feedback) == 3
     spin_until(node, lambda: False, timeout=0.3)
-    assert len(arm["deltas"]) == n, "dry_run published /ee_delta_cmd"
+    assert len(arm["deltas"]) == n, "dry_run published /arm_cmd"
+    assert len(arm["mirrors"]) == n_mirrors, "dry_run published /ee_delta_cmd"

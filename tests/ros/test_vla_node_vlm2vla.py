@@ -14,7 +14,7 @@ pytestmark = pytest.mark.ros
 
 pytest.importorskip("robosuite", reason="manip_sim_node needs robosuite (the manip extra)")
 pytest.importorskip("peft", reason="the VLA policy needs the vlm extra")
-from tests.ros.test_vla_node import ExecuteInstruction, Goal, change_state, get_state, node_env  # noqa: E402
+from tests.ros.test_vla_node import ArmCommand, ExecuteInstruction, Goal, change_state, get_state, node_env  # noqa: E402
 
 INS = "pick up the red cube"
 LIFT_PLAN = "move up, then close the gripper"
@@ -53,7 +53,6 @@ def _steered_policy(out) -> None:
 
 
 def test_vlm2vla_policy_runs_a_lift_episode_over_ros(tmp_path, start_node, ros_node):
-    from geometry_msgs.msg import TwistStamped
     from lifecycle_msgs.msg import Transition
     from rclpy.action import ActionClient
     from std_msgs.msg import String
@@ -67,9 +66,9 @@ def test_vlm2vla_policy_runs_a_lift_episode_over_ros(tmp_path, start_node, ros_n
     vla = start_node("vla_node", "-p", "policy:=vlm2vla", "-p", f"checkpoint:={tmp_path / 'policy'}",
                      "-p", "max_delta:=0.01", "-p", "stale_timeout:=5.0", env=env)
     status: list[dict] = []
-    deltas: list[TwistStamped] = []
+    deltas: list = []
     ros_node.create_subscription(String, "/manip/status", lambda m: status.append(json.loads(m.data)), 50)
-    ros_node.create_subscription(TwistStamped, "/ee_delta_cmd", deltas.append, 200)
+    ros_node.create_subscription(ArmCommand, "/arm_cmd", deltas.append, 200)
     assert spin_until(ros_node, lambda: bool(status) or sim.proc.poll() is not None, timeout=60), "no /manip/status"
     assert sim.proc.poll() is None and vla.proc.poll() is None, "a node exited at start-up"
     assert get_state(ros_node) == "unconfigured"

@@ -9,11 +9,15 @@ state from a repeat):
 * ``/manip/status`` (std_msgs/String JSON: task, step, phase, success, grasped, gripper, objects, instruction,
   seed, episode, stamp_ns).
 
-Commands (lockstep: one env step per ``/ee_delta_cmd`` message):
+Commands (lockstep: one env step per command), chosen by the ``command_input`` parameter:
 
-* ``/ee_delta_cmd`` (geometry_msgs/TwistStamped): ``twist.linear`` = end-effector displacement in metres for one
-  control step (robot base frame = world axes here); angular is ignored;
-* ``/gripper_cmd`` (std_msgs/Float32): -1 open .. +1 close (0 holds); latched and applied with the next delta.
+* ``arm_cmd`` (default): ``/arm_cmd`` (allday_interfaces/ArmCommand): ``delta`` = end-effector displacement in
+  metres for one control step (robot base frame = world axes here) and ``gripper`` (-1 open .. +1 close, 0 holds)
+  in one message, so every step applies the gripper that was sent with its delta;
+* ``twist_pair``: the standard-message pair a teleop tool or robot driver speaks: ``/ee_delta_cmd``
+  (geometry_msgs/TwistStamped, ``twist.linear`` as above, angular ignored) steps, and ``/gripper_cmd``
+  (std_msgs/Float32) is latched and applied with the next delta. DDS does not order the two topics, so a gripper
+  sent just before a delta can land after it (docs/ros2.md).
 
 Non-finite or oversized deltas are zeroed / clamped to ``max_delta`` per axis, with the reason logged once.
 Service ``~/reset`` (std_srvs/Trigger) starts a new episode (seed = ``seed`` + episode index).
@@ -37,6 +41,7 @@ from std_msgs.msg import Float32, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from allday_ros.conversions import image_to_msg  # noqa: E402
+from allday_ros.interfaces import load_interfaces  # noqa: E402
 from allday_ros.safety import LogOnce  # noqa: E402
 from allday_ros.spin import run_node  # noqa: E402
 from sim.manip.action import sanitize  # noqa: E402
@@ -66,6 +71,7 @@ class ManipSimNode(Node):
         p("publish_rate", 10.0)        # Hz re-publication of the current state (keeps watchdogs fed)
         p("frame_id", "world")
         p("camera_frame_id", "agentview_camera")
+        p("command_input", "arm_cmd")  # arm_cmd (/arm_cmd, delta + gripper together) | twist_pair (see above)
         self._log_once = LogOnce()
         g = lambda k: self.get_parameter(k).value  # noqa: E731
         from sim.manip.env import ManipTask, ManipTaskConfig
@@ -90,10 +96,10 @@ class ManipSimNode(Node):
         self.pub_ee = self.create_publisher(PoseStamped, "/ee_pose", RELIABLE)
         self.pub_objects = self.create_publisher(PoseArray, "/object_poses", RELIABLE)
         self.pub_status = self.create_publisher(String, "/manip/status", STATUS_QOS)
-        # the gripper subscription first: when both commands are waiting, the executor serves them in creation
-        # order, so the gripper value is set before the delta that triggers the step (see docs/ros2.md)
-        self.create_subscription(Float32, "/gripper_cmd", self._on_gripper, STATUS_QOS)
-        self.create_subscription(TwistStamped, "/ee_delta_cmd", self._on_delta, STATUS_QOS)
+        command_input = str(g("command_input"))
+        if command_input not in COMMAND_INPUTS:
+            raise ValueError(f"command_input {command_input!r} is not one of {sorted(COMMAND_INPUTS)}")
+        COMMAND_INPUTS[command_input](self)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self._reset()
         rate = float(g("publish_rate"))
@@ -141,6 +147,19 @@ class ManipSimNode(Node):
         self.pub_status.publish(String(data=json.dumps(self._status())))
 
     # ---- commands ------------------------------------------------------------------------------
+    def _subscribe_arm_cmd(self) -> None:
+        self.create_subscription(load_interfaces("msg").ArmCommand, "/arm_cmd", self._on_arm_cmd, STATUS_QOS)
+
+    def _subscribe_twist_pair(self) -> None:
+        # the gripper subscription first: when both commands are waiting, the executor serves them in creation
+        # order, so the gripper value is set before the delta that triggers the step (narrows the cross-topic
+        # window, does not close it: see docs/ros2.md)
+        self.create_subscription(Float32, "/gripper_cmd", self._on_gripper, STATUS_QOS)
+        self.create_subscription(TwistStamped, "/ee_delta_cmd", self._on_delta, STATUS_QOS)
+
+    def _on_arm_cmd(self, msg: Any) -> None:
+        self._step((msg.delta.x, msg.delta.y, msg.delta.z), float(msg.gripper), "arm_cmd")
+
     def _on_gripper(self, msg: Float32) -> None:
         g = float(msg.data)
         if not math.isfinite(g):
@@ -155,10 +174,15 @@ class ManipSimNode(Node):
         lin, ang = msg.twist.linear, msg.twist.angular
         if any(v != 0.0 for v in (ang.x, ang.y, ang.z)):
             self._log_once(self.get_logger(), "angular", "ee_delta_cmd angular part is ignored (position-only control)")
-        delta, gripper, reason = sanitize((lin.x, lin.y, lin.z), self._gripper, self._max_delta)
+        self._step((lin.x, lin.y, lin.z), self._gripper, "ee_delta_cmd")
+
+    def _step(self, delta: Any, gripper: float, source: str) -> None:
+        """One lockstep env step on a sanitized command (non-finite -> 0, clamped), then publish the new state."""
+        delta, gripper, reason = sanitize(delta, gripper, self._max_delta)
         if reason:
             key = "nan" if "non-finite" in reason else "clamp"
-            self._log_once(self.get_logger(), f"delta-{key}", f"ee_delta_cmd: {reason}")
+            self._log_once(self.get_logger(), f"{source}-{key}", f"{source}: {reason}")
+        self._gripper = gripper
         self._obs = self.task.step(delta, gripper)
         self._new_state()
 
@@ -177,6 +201,10 @@ class ManipSimNode(Node):
         if task is not None:
             task.close()
         super().destroy_node()
+
+
+#: command_input -> the method that subscribes to that command interface
+COMMAND_INPUTS = {"arm_cmd": ManipSimNode._subscribe_arm_cmd, "twist_pair": ManipSimNode._subscribe_twist_pair}
 
 
 def main(args: list[str] | None = None) -> None:

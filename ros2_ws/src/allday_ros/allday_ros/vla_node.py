@@ -11,8 +11,11 @@ multi-threaded executor spins (the executor may still hold it for its next wait 
 One goal runs at a time. Per control step the node waits for a new observation (``/camera/color/image_raw``,
 ``/ee_pose`` and ``/object_poses`` with one stamp, plus ``/manip/status`` for object names and the simulator's
 success flag), calls the policy, clamps ``[dx, dy, dz]`` to ``max_delta`` per axis (NaN -> 0) and the gripper to
-[-1, 1] (NaN -> 0 = hold), publishes ``/gripper_cmd`` (std_msgs/Float32) then ``/ee_delta_cmd``
-(geometry_msgs/TwistStamped, linear = metres for this step) and sends feedback (phase, step, action).
+[-1, 1] (NaN -> 0 = hold), publishes the command on ``/arm_cmd`` (allday_interfaces/ArmCommand: the delta in
+metres for this step and the gripper in one message, which is what the arm steps on) and mirrors it on the standard
+``/gripper_cmd`` (std_msgs/Float32) and ``/ee_delta_cmd`` (geometry_msgs/TwistStamped) for drivers and recordings
+that take those (DDS does not order the two across topics: see docs/ros2.md), then sends feedback (phase, step,
+action).
 Goals end with success when the status reports success, and abort on timeout, ``max_steps``, a policy that
 finished without success, a policy error, or stale input: when any input is older than ``stale_timeout`` the
 node publishes a zero delta and aborts with the reason. ``dry_run`` logs the commands instead of publishing them.
@@ -76,6 +79,7 @@ class VlaNode(LifecycleNode):
         p("stop_on_policy_done", True)  # abort when the policy reports phase "done" without success
         p("autostart", False)          # configure + activate at start-up
         self.ExecuteInstruction = load_interfaces().ExecuteInstruction
+        self.ArmCommand = load_interfaces("msg").ArmCommand
         self._log_once = LogOnce()
         self._cond = threading.Condition()
         self._active = False
@@ -107,6 +111,7 @@ class VlaNode(LifecycleNode):
             self.safety = self.policy = None
             return TransitionCallbackReturn.FAILURE
         self._inputs_group = MutuallyExclusiveCallbackGroup()
+        self.pub_arm = self.create_publisher(self.ArmCommand, "/arm_cmd", STATUS_QOS)
         self.pub_delta = self.create_publisher(TwistStamped, "/ee_delta_cmd", STATUS_QOS)
         self.pub_gripper = self.create_publisher(Float32, "/gripper_cmd", STATUS_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
@@ -157,7 +162,7 @@ class VlaNode(LifecycleNode):
             self.destroy_subscription(s)
         for t in self._timers:
             self.destroy_timer(t)
-        for name in ("pub_delta", "pub_gripper", "pub_diag"):
+        for name in ("pub_arm", "pub_delta", "pub_gripper", "pub_diag"):
             pub = getattr(self, name, None)
             if pub is not None:
                 self.destroy_publisher(pub)
@@ -375,22 +380,27 @@ class VlaNode(LifecycleNode):
             self.get_logger().info(f"dry_run [{phase}]: delta=({out[0]:+.4f}, {out[1]:+.4f}, {out[2]:+.4f}) m "
                                    f"gripper={g:+.2f}")
             return out
-        msg = TwistStamped()
-        msg.header.stamp = self.get_clock().now().to_msg()
-        msg.header.frame_id = "world"
-        msg.twist.linear = safe.linear
-        self.pub_gripper.publish(Float32(data=g))  # latched by the arm, applied with the delta that follows
-        self.pub_delta.publish(msg)
+        self._publish_command(out[:3], g)
         return out
+
+    def _publish_command(self, delta: list[float], gripper: float) -> None:
+        """One command: ``/arm_cmd`` (delta and gripper together), then the standard-topic mirrors."""
+        stamp = self.get_clock().now().to_msg()
+        cmd = self.ArmCommand()
+        cmd.header.stamp, cmd.header.frame_id = stamp, "world"
+        cmd.delta.x, cmd.delta.y, cmd.delta.z = (float(v) for v in delta)
+        cmd.gripper = float(gripper)
+        tw = TwistStamped()
+        tw.header = cmd.header
+        tw.twist.linear = cmd.delta
+        self.pub_arm.publish(cmd)
+        self.pub_gripper.publish(Float32(data=cmd.gripper))
+        self.pub_delta.publish(tw)
 
     def _send_zero(self, reason: str) -> None:
         self.get_logger().warning(f"{reason}: zero delta")
-        if self.safety is not None and not self.safety.dry_run and getattr(self, "pub_delta", None) is not None:
-            msg = TwistStamped()
-            msg.header.stamp = self.get_clock().now().to_msg()
-            msg.header.frame_id = "world"
-            self.pub_gripper.publish(Float32(data=0.0))  # hold the gripper as it is
-            self.pub_delta.publish(msg)
+        if self.safety is not None and not self.safety.dry_run and getattr(self, "pub_arm", None) is not None:
+            self._publish_command([0.0, 0.0, 0.0], 0.0)  # gripper 0 holds it as it is
 
     def _publish_diag(self) -> None:
         if self.safety is None or getattr(self, "pub_diag", None) is None:
