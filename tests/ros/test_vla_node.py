@@ -8,6 +8,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from tests.ros.conftest import WS_INSTALL, ros_env, spin_until
@@ -151,6 +152,35 @@ def test_pick_up_red_cube_succeeds_with_feedback_and_rejects_bad_goals(arm):
     assert [(m.twist.linear.x, m.twist.linear.y, m.twist.linear.z) for m in arm["mirrors"][-result.steps:]] \
         == [c[:3] for c in sent]
     print(f"lift over ROS 2: {result.steps} steps in {elapsed:.1f} s")
+
+
+def test_recorded_goal_reads_back_as_a_training_episode(arm, start_node, tmp_path):
+    """vla_node + recorder -> MCAP -> training's bag reader: every step's delta and gripper come back as sent."""
+    from training.vla.data.rosbag_source import read_bag_episode
+
+    node = arm["node"]
+    topics = ["/camera/color/image_raw", "/arm_cmd", "/ee_delta_cmd", "/gripper_cmd"]
+    rec = start_node("recorder", "-p", f"output:={tmp_path / 'bag'}", "-p", f"topics:={topics}",
+                     "-p", "status_period_s:=0.2", env=node_env())
+
+    def recording() -> bool:
+        return all(any(i.node_name == "recorder" for i in node.get_subscriptions_info_by_topic(t)) for t in topics)
+
+    assert spin_until(node, recording, timeout=30), "the recorder never subscribed to every topic"
+    assert call(node, arm["reset"], Trigger.Request()).success
+    goal = Goal(node, arm["client"], "pick up the red cube", timeout_s=60.0, max_steps=40)
+    status, result = goal.result(timeout=60)
+    assert status == GoalStatus.STATUS_SUCCEEDED, result.message
+    assert spin_until(node, lambda: len(arm["deltas"]) >= result.steps, timeout=5)
+    spin_until(node, lambda: False, timeout=0.5)  # the recorder gets the last command too
+    out = rec.stop()
+    assert rec.proc.returncode == 0, out[-2000:]
+    ep = read_bag_episode(tmp_path / "bag", instruction="pick up the red cube", task="lift")
+    assert len(ep) == result.steps, (len(ep), result.steps)
+    sent = np.asarray([f.action for f in goal.feedback])
+    np.testing.assert_allclose(ep.deltas, sent[:, :3], atol=1e-9)
+    np.testing.assert_allclose(ep.gripper, sent[:, 3], atol=1e-6)  # from /arm_cmd: each step's own gripper
+    assert ep.frames.shape[1:] == (64, 64, 3) and ep.frames.std() > 0
 
 
 def _is_zero(msg) -> bool:

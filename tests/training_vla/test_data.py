@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -113,6 +114,68 @@ def test_bag_roundtrip(tmp_path, storage):
     assert small.frames.shape == (11, 16, 16, 3) and small.instruction == "lift the cube"
     got = load_source({"source": "rosbag", "paths": [str(bag)], "task": "lift"})
     assert got[0].task == "lift" and got[0].meta["source"] == "rosbag"
+
+
+ARM_COMMAND_MSG = Path(__file__).resolve().parents[2] / "ros2_ws/src/allday_interfaces/msg/ArmCommand.msg"
+
+
+def _vla_node_bag(ep: Episode, path: Path, mirrors: bool = True) -> Path:
+    """A bag laid out as vla_node + recorder write it: per step the image, the one-message /arm_cmd and (with
+    ``mirrors``) the standard pair, whose gripper arrives after its delta (the cross-topic race)."""
+    from rosbags.rosbag2 import Writer
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    ts = get_typestore(Stores.ROS2_KILTED)
+    ts.register(get_types_from_msg(ARM_COMMAND_MSG.read_text(), "allday_interfaces/msg/ArmCommand"))
+    T = ts.types
+    Arm, Image, Header, Time = (T["allday_interfaces/msg/ArmCommand"], T["sensor_msgs/msg/Image"],
+                                T["std_msgs/msg/Header"], T["builtin_interfaces/msg/Time"])
+    Vector3, Twist, TwistStamped = T["geometry_msgs/msg/Vector3"], T["geometry_msgs/msg/Twist"], \
+        T["geometry_msgs/msg/TwistStamped"]
+    Float32, String = T["std_msgs/msg/Float32"], T["std_msgs/msg/String"]
+    with Writer(path, version=9) as w:
+        c = {topic: w.add_connection(topic, typ.__msgtype__, typestore=ts) for topic, typ in (
+            ("/camera/color/image_raw", Image), ("/arm_cmd", Arm), ("/ee_delta_cmd", TwistStamped),
+            ("/gripper_cmd", Float32), ("/instruction", String))}
+
+        def put(topic: str, t: int, msg) -> None:
+            w.write(c[topic], t, ts.serialize_cdr(msg, msg.__msgtype__))
+
+        put("/instruction", 1, String(data=ep.instruction))
+        h, wd = ep.image_size
+        for i in range(len(ep)):
+            t = 1_000_000_000 * (i + 1)
+            hd = Header(stamp=Time(sec=i + 1, nanosec=0), frame_id="world")
+            put("/camera/color/image_raw", t, Image(header=hd, height=h, width=wd, encoding="rgb8", is_bigendian=0,
+                                                    step=3 * wd, data=np.ascontiguousarray(ep.frames[i]).ravel()))
+            d = Vector3(x=float(ep.deltas[i][0]), y=float(ep.deltas[i][1]), z=float(ep.deltas[i][2]))
+            put("/arm_cmd", t + 1, Arm(header=hd, delta=d, gripper=float(ep.gripper[i])))
+            if not mirrors:
+                continue
+            put("/ee_delta_cmd", t + 2, TwistStamped(header=hd, twist=Twist(linear=d, angular=Vector3(x=0.0, y=0.0,
+                                                                                                        z=0.0))))
+            put("/gripper_cmd", t + 3, Float32(data=float(ep.gripper[i])))
+    return path
+
+
+def test_bag_with_arm_cmd_takes_delta_and_gripper_from_one_message(tmp_path):
+    ep = lift_like_episode(2)
+    assert len(set(ep.gripper.tolist())) > 1  # the episode opens and closes: a late gripper shows
+    bag = _vla_node_bag(ep, tmp_path / "bag")
+    got = read_bag_episode(bag)  # frames, deltas and every step's gripper, from /arm_cmd
+    assert np.array_equal(got.frames, ep.frames) and got.instruction == ep.instruction
+    np.testing.assert_allclose(got.deltas, ep.deltas)
+    np.testing.assert_allclose(got.gripper, ep.gripper)
+    # the same bag read through the standard pair (as before /arm_cmd): each gripper change lands a step late
+    pair = read_bag_episode(bag, topics=BagTopics(arm_cmd="/not_recorded"))
+    np.testing.assert_allclose(pair.deltas, ep.deltas)
+    changes = np.flatnonzero(np.diff(ep.gripper)) + 1
+    assert not np.allclose(pair.gripper, ep.gripper)
+    np.testing.assert_allclose(pair.gripper[changes], ep.gripper[changes - 1])
+    # a bag with /arm_cmd only (no mirrors) reads the same
+    only = read_bag_episode(_vla_node_bag(ep, tmp_path / "only", mirrors=False))
+    np.testing.assert_allclose(only.gripper, ep.gripper)
+    np.testing.assert_allclose(only.deltas, ep.deltas)
 
 
 def test_corrupt_and_incomplete_bags_give_clear_errors(tmp_path):

@@ -4,6 +4,9 @@ No ROS installation is needed (``rosbags`` parses the bag and the CDR messages).
 ``allday_ros`` recorder / ``manip_sim_node`` (configurable):
 
 * image: ``/camera/color/image_raw`` (``sensor_msgs/msg/Image``, ``rgb8`` / ``bgr8``);
+* arm command: ``/arm_cmd`` (``allday_interfaces/msg/ArmCommand``: ``delta`` in metres and ``gripper`` of one step
+  in one message; its definition travels in the bag, so no ROS install is needed). When the bag has it, each one
+  is a step and the standard pair below is ignored (``vla_node`` mirrors its commands there, in no fixed order);
 * end-effector command: ``/ee_delta_cmd`` (``geometry_msgs/msg/TwistStamped``, ``twist.linear`` = metres
   of this step in the base frame);
 * gripper: ``/gripper_cmd`` (``std_msgs/msg/Float32``, -1 open .. +1 close; latched: the last value applies);
@@ -33,6 +36,7 @@ class BagTopics:
     """Topic names read from (and written to) a bag."""
 
     image: str = "/camera/color/image_raw"
+    arm_cmd: str = "/arm_cmd"
     ee_delta: str = "/ee_delta_cmd"
     gripper: str = "/gripper_cmd"
     instruction: str = "/instruction"
@@ -77,14 +81,18 @@ def read_bag_episode(path: str | Path, topics: BagTopics | None = None, instruct
         raise FileNotFoundError(f"no bag at {path}")
     if not path.is_dir() or not (path / "metadata.yaml").is_file():
         raise ValueError(f"{path} is not a rosbag2 directory (no metadata.yaml; was the recording closed?)")
-    wanted = {topics.image, topics.ee_delta, topics.gripper, topics.instruction, topics.phase}
     msgs: list[tuple[int, str, Any]] = []
     try:
         with AnyReader([path], default_typestore=_typestore()) as reader:
             present = {c.topic for c in reader.connections}
-            for needed in (topics.image, topics.ee_delta):
+            one_message = topics.arm_cmd in present  # delta + gripper together: the pair is only a mirror then
+            command = topics.arm_cmd if one_message else topics.ee_delta
+            for needed in (topics.image, command):
                 if needed not in present:
-                    raise ValueError(f"bag {path} has no topic {needed!r} (topics: {sorted(present)})")
+                    raise ValueError(f"bag {path} has no topic {needed!r} (nor {topics.arm_cmd!r}; topics: "
+                                     f"{sorted(present)})")
+            wanted = {topics.image, topics.instruction, topics.phase}
+            wanted |= {topics.arm_cmd} if one_message else {topics.ee_delta, topics.gripper}
             conns = [c for c in reader.connections if c.topic in wanted]
             for conn, t, raw in reader.messages(connections=conns):
                 msgs.append((t, conn.topic, reader.deserialize(raw, conn.msgtype)))
@@ -107,22 +115,25 @@ def read_bag_episode(path: str | Path, topics: BagTopics | None = None, instruct
             instr = str(msg.data)
         elif topic == topics.phase:
             phase = str(msg.data)
-        elif topic == topics.ee_delta:
+        elif topic in (topics.ee_delta, topics.arm_cmd):
             if image is None:
                 log.debug("%s: command before the first image skipped", path)
                 continue
-            lin = msg.twist.linear
+            if topic == topics.arm_cmd:
+                lin, g = msg.delta, float(msg.gripper)
+            else:
+                lin = msg.twist.linear
             frames.append(image)
             deltas.append((lin.x, lin.y, lin.z))
             grip.append(float(np.clip(g, -1.0, 1.0)) if np.isfinite(g) else 0.0)
             phases.append(phase)
     if not frames:
-        raise ValueError(f"bag {path}: no {topics.ee_delta} command after an image on {topics.image}")
+        raise ValueError(f"bag {path}: no {command} command after an image on {topics.image}")
     if not instr:
         raise ValueError(f"bag {path}: no instruction (no {topics.instruction} message; pass instruction=...)")
     d = np.asarray(deltas, dtype=np.float64)
     if not np.isfinite(d).all():
-        raise ValueError(f"bag {path}: {topics.ee_delta} holds non-finite values")
+        raise ValueError(f"bag {path}: {command} holds non-finite values")
     return Episode(np.stack(frames), d, np.asarray(grip), phases, instr, task,
                    {"source": "rosbag", "path": str(path)})
 
