@@ -34,7 +34,7 @@ from lifecycle_msgs.srv import ChangeState, GetState  # noqa: E402
 from rcl_interfaces.srv import SetParameters  # noqa: E402
 from rclpy.action import ActionClient  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
-from std_msgs.msg import String  # noqa: E402
+from std_msgs.msg import Float32, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 LIB_DIRS = [str(p) for p in sorted(WS_INSTALL.glob("*/lib")) if any(p.glob("lib*.so"))]
@@ -100,10 +100,12 @@ def arm(start_node, ros_node):
     vla = start_node("vla_node", "-p", "policy:=scripted_lift", "-p", f"stale_timeout:={STALE_S}", env=env)
     status: list[dict] = []
     deltas: list = []  # ArmCommand on /arm_cmd: what the arm steps on
-    mirrors: list[TwistStamped] = []  # the standard-topic mirror of each command's delta
+    mirrors: list[TwistStamped] = []  # the standard-topic mirrors of each command's delta ...
+    grippers: list[Float32] = []  # ... and gripper
     subs = [ros_node.create_subscription(String, "/manip/status", lambda m: status.append(json.loads(m.data)), 50),
             ros_node.create_subscription(ArmCommand, "/arm_cmd", deltas.append, 200),
-            ros_node.create_subscription(TwistStamped, "/ee_delta_cmd", mirrors.append, 200)]
+            ros_node.create_subscription(TwistStamped, "/ee_delta_cmd", mirrors.append, 200),
+            ros_node.create_subscription(Float32, "/gripper_cmd", grippers.append, 200)]
     # the sim builds robosuite (~4 s) before publishing; the vla node is up once its lifecycle service answers
     assert spin_until(ros_node, lambda: bool(status) or sim.proc.poll() is not None, timeout=60), "no /manip/status"
     assert sim.proc.poll() is None and vla.proc.poll() is None, "a node exited at start-up"
@@ -115,7 +117,7 @@ def arm(start_node, ros_node):
     assert client.wait_for_server(timeout_sec=20), "action server missing after activate"
     reset = ros_node.create_client(Trigger, "/manip_sim_node/reset")
     yield {"node": ros_node, "client": client, "status": status, "deltas": deltas, "mirrors": mirrors,
-           "reset": reset, "sim": sim}
+           "grippers": grippers, "reset": reset, "sim": sim}
     client.destroy()
     for s in subs:
         ros_node.destroy_subscription(s)
@@ -147,15 +149,18 @@ def test_pick_up_red_cube_succeeds_with_feedback_and_rejects_bad_goals(arm):
     assert spin_until(node, lambda: len(arm["deltas"]) >= result.steps, timeout=5)
     sent = [(c.delta.x, c.delta.y, c.delta.z, c.gripper) for c in arm["deltas"][-result.steps:]]
     assert all(abs(a - b) < 1e-6 for f, c in zip(fb, sent) for a, b in zip(f.action, c)), "command != feedback"
-    # ... and the standard-topic mirror carries the same deltas
-    assert spin_until(node, lambda: len(arm["mirrors"]) >= len(arm["deltas"]), timeout=5)
+    # ... and the standard-topic mirrors carry the same deltas and grippers
+    n = len(arm["deltas"])
+    assert spin_until(node, lambda: len(arm["mirrors"]) >= n and len(arm["grippers"]) >= n, timeout=5)
     assert [(m.twist.linear.x, m.twist.linear.y, m.twist.linear.z) for m in arm["mirrors"][-result.steps:]] \
         == [c[:3] for c in sent]
+    assert [m.data for m in arm["grippers"][-result.steps:]] == [c[3] for c in sent]
     print(f"lift over ROS 2: {result.steps} steps in {elapsed:.1f} s")
 
 
 def test_recorded_goal_reads_back_as_a_training_episode(arm, start_node, tmp_path):
     """vla_node + recorder -> MCAP -> training's bag reader: every step's delta and gripper come back as sent."""
+    from tests.ros.test_recorder import RecorderCounts
     from training.vla.data.rosbag_source import read_bag_episode
 
     node = arm["node"]
@@ -163,10 +168,14 @@ def test_recorded_goal_reads_back_as_a_training_episode(arm, start_node, tmp_pat
     rec = start_node("recorder", "-p", f"output:={tmp_path / 'bag'}", "-p", f"topics:={topics}",
                      "-p", "status_period_s:=0.2", env=node_env())
 
+    counts = RecorderCounts(node)
+
     def recording() -> bool:
         return all(any(i.node_name == "recorder" for i in node.get_subscriptions_info_by_topic(t)) for t in topics)
 
-    assert spin_until(node, recording, timeout=30), "the recorder never subscribed to every topic"
+    # subscribed to every topic (types come from the graph) and already receiving the camera
+    assert spin_until(node, lambda: recording() and counts.counts.get(topics[0], 0) > 0, timeout=30), \
+        f"the recorder is not recording every topic ({counts.counts})"
     assert call(node, arm["reset"], Trigger.Request()).success
     goal = Goal(node, arm["client"], "pick up the red cube", timeout_s=60.0, max_steps=40)
     status, result = goal.result(timeout=60)

@@ -119,9 +119,10 @@ def test_bag_roundtrip(tmp_path, storage):
 ARM_COMMAND_MSG = Path(__file__).resolve().parents[2] / "ros2_ws/src/allday_interfaces/msg/ArmCommand.msg"
 
 
-def _vla_node_bag(ep: Episode, path: Path, mirrors: bool = True) -> Path:
-    """A bag laid out as vla_node + recorder write it: per step the image, the one-message /arm_cmd and (with
-    ``mirrors``) the standard pair, whose gripper arrives after its delta (the cross-topic race)."""
+def _vla_node_bag(ep: Episode, path: Path, mirrors: bool = True, arm_msgs: bool = True) -> Path:
+    """A bag laid out as vla_node + recorder write it: per step the image, the one-message /arm_cmd (an empty
+    connection without ``arm_msgs``) and (with ``mirrors``) the standard pair, whose gripper arrives after its
+    delta (the cross-topic race)."""
     from rosbags.rosbag2 import Writer
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
@@ -149,7 +150,8 @@ def _vla_node_bag(ep: Episode, path: Path, mirrors: bool = True) -> Path:
             put("/camera/color/image_raw", t, Image(header=hd, height=h, width=wd, encoding="rgb8", is_bigendian=0,
                                                     step=3 * wd, data=np.ascontiguousarray(ep.frames[i]).ravel()))
             d = Vector3(x=float(ep.deltas[i][0]), y=float(ep.deltas[i][1]), z=float(ep.deltas[i][2]))
-            put("/arm_cmd", t + 1, Arm(header=hd, delta=d, gripper=float(ep.gripper[i])))
+            if arm_msgs:
+                put("/arm_cmd", t + 1, Arm(header=hd, delta=d, gripper=float(ep.gripper[i])))
             if not mirrors:
                 continue
             put("/ee_delta_cmd", t + 2, TwistStamped(header=hd, twist=Twist(linear=d, angular=Vector3(x=0.0, y=0.0,
@@ -176,6 +178,11 @@ def test_bag_with_arm_cmd_takes_delta_and_gripper_from_one_message(tmp_path):
     only = read_bag_episode(_vla_node_bag(ep, tmp_path / "only", mirrors=False))
     np.testing.assert_allclose(only.gripper, ep.gripper)
     np.testing.assert_allclose(only.deltas, ep.deltas)
+    # /arm_cmd opened but never published (teleop on the pair while vla_node was up): the pair is read
+    teleop = read_bag_episode(_vla_node_bag(ep, tmp_path / "teleop", arm_msgs=False))
+    np.testing.assert_allclose(teleop.gripper, pair.gripper)
+    with pytest.raises(ValueError, match="no /ee_delta_cmd command after an image"):
+        read_bag_episode(_vla_node_bag(ep, tmp_path / "empty", mirrors=False, arm_msgs=False))
 
 
 def test_corrupt_and_incomplete_bags_give_clear_errors(tmp_path):

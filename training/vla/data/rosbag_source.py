@@ -6,7 +6,8 @@ No ROS installation is needed (``rosbags`` parses the bag and the CDR messages).
 * image: ``/camera/color/image_raw`` (``sensor_msgs/msg/Image``, ``rgb8`` / ``bgr8``);
 * arm command: ``/arm_cmd`` (``allday_interfaces/msg/ArmCommand``: ``delta`` in metres and ``gripper`` of one step
   in one message; its definition travels in the bag, so no ROS install is needed). When the bag has it, each one
-  is a step and the standard pair below is ignored (``vla_node`` mirrors its commands there, in no fixed order);
+  is a step and the standard pair below is ignored (``vla_node`` mirrors its commands there; their order across
+  the two topics is not kept in delivery or recording);
 * end-effector command: ``/ee_delta_cmd`` (``geometry_msgs/msg/TwistStamped``, ``twist.linear`` = metres
   of this step in the base frame);
 * gripper: ``/gripper_cmd`` (``std_msgs/msg/Float32``, -1 open .. +1 close; latched: the last value applies);
@@ -85,12 +86,14 @@ def read_bag_episode(path: str | Path, topics: BagTopics | None = None, instruct
     try:
         with AnyReader([path], default_typestore=_typestore()) as reader:
             present = {c.topic for c in reader.connections}
-            one_message = topics.arm_cmd in present  # delta + gripper together: the pair is only a mirror then
+            # delta + gripper together: the pair is only a mirror then (a recorder opens a topic as soon as a
+            # publisher exists, so an /arm_cmd without messages means the commands came on the pair)
+            one_message = any(c.topic == topics.arm_cmd and c.msgcount > 0 for c in reader.connections)
             command = topics.arm_cmd if one_message else topics.ee_delta
             for needed in (topics.image, command):
                 if needed not in present:
-                    raise ValueError(f"bag {path} has no topic {needed!r} (nor {topics.arm_cmd!r}; topics: "
-                                     f"{sorted(present)})")
+                    also = f" nor {topics.arm_cmd!r} messages" if needed == topics.ee_delta else ""
+                    raise ValueError(f"bag {path} has no topic {needed!r}{also} (topics: {sorted(present)})")
             wanted = {topics.image, topics.instruction, topics.phase}
             wanted |= {topics.arm_cmd} if one_message else {topics.ee_delta, topics.gripper}
             conns = [c for c in reader.connections if c.topic in wanted]

@@ -1,4 +1,4 @@
-"""Loading the allday_interfaces package (custom action/service types built by colcon)."""
+"""Loading the allday_interfaces package (custom message, action and service types built by colcon)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 
 def load_interfaces(kind: str = "action") -> Any:
-    """Import ``allday_interfaces.<kind>`` (action or srv).
+    """Import ``allday_interfaces.<kind>`` (msg, action or srv).
 
     Preloads its typesupport libraries when their folder is not on ``LD_LIBRARY_PATH``: rosidl dlopens them by
     bare file name and the loader reads ``LD_LIBRARY_PATH`` only at process start, so this lets ``PYTHONPATH``

@@ -74,6 +74,9 @@ class ManipSimNode(Node):
         p("command_input", "arm_cmd")  # arm_cmd (/arm_cmd, delta + gripper together) | twist_pair (see above)
         self._log_once = LogOnce()
         g = lambda k: self.get_parameter(k).value  # noqa: E731
+        command_input = str(g("command_input"))  # checked before the (seconds-long) robosuite build
+        if command_input not in COMMAND_INPUTS:
+            raise ValueError(f"command_input {command_input!r} is not one of {sorted(COMMAND_INPUTS)}")
         from sim.manip.env import ManipTask, ManipTaskConfig
 
         t0 = time.perf_counter()
@@ -96,9 +99,6 @@ class ManipSimNode(Node):
         self.pub_ee = self.create_publisher(PoseStamped, "/ee_pose", RELIABLE)
         self.pub_objects = self.create_publisher(PoseArray, "/object_poses", RELIABLE)
         self.pub_status = self.create_publisher(String, "/manip/status", STATUS_QOS)
-        command_input = str(g("command_input"))
-        if command_input not in COMMAND_INPUTS:
-            raise ValueError(f"command_input {command_input!r} is not one of {sorted(COMMAND_INPUTS)}")
         COMMAND_INPUTS[command_input](self)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self._reset()
@@ -148,7 +148,11 @@ class ManipSimNode(Node):
 
     # ---- commands ------------------------------------------------------------------------------
     def _subscribe_arm_cmd(self) -> None:
-        self.create_subscription(load_interfaces("msg").ArmCommand, "/arm_cmd", self._on_arm_cmd, STATUS_QOS)
+        try:
+            arm_command = load_interfaces("msg").ArmCommand
+        except ImportError as exc:  # run_node reports a RuntimeError in one line
+            raise RuntimeError(f"{exc} (or use command_input:=twist_pair)") from None
+        self.create_subscription(arm_command, "/arm_cmd", self._on_arm_cmd, STATUS_QOS)
 
     def _subscribe_twist_pair(self) -> None:
         # the gripper subscription first: when both commands are waiting, the executor serves them in creation
@@ -179,9 +183,10 @@ class ManipSimNode(Node):
     def _step(self, delta: Any, gripper: float, source: str) -> None:
         """One lockstep env step on a sanitized command (non-finite -> 0, clamped), then publish the new state."""
         delta, gripper, reason = sanitize(delta, gripper, self._max_delta)
-        if reason:
-            key = "nan" if "non-finite" in reason else "clamp"
-            self._log_once(self.get_logger(), f"{source}-{key}", f"{source}: {reason}")
+        if reason:  # each kind of fault is logged once per source
+            kinds = [k for k, pat in (("delta-nan", "non-finite delta"), ("gripper-nan", "non-finite gripper"),
+                                      ("clamp", "clamped")) if pat in reason]
+            self._log_once(self.get_logger(), f"{source}-{'+'.join(kinds)}", f"{source}: {reason}")
         self._gripper = gripper
         self._obs = self.task.step(delta, gripper)
         self._new_state()

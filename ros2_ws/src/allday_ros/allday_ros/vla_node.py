@@ -162,11 +162,12 @@ class VlaNode(LifecycleNode):
             self.destroy_subscription(s)
         for t in self._timers:
             self.destroy_timer(t)
-        for name in ("pub_arm", "pub_delta", "pub_gripper", "pub_diag"):
-            pub = getattr(self, name, None)
-            if pub is not None:
-                self.destroy_publisher(pub)
-                setattr(self, name, None)
+        with self._cond:  # a goal thread that outlived _stop_goals' wait publishes under the same lock
+            for name in ("pub_arm", "pub_delta", "pub_gripper", "pub_diag"):
+                pub = getattr(self, name, None)
+                if pub is not None:
+                    self.destroy_publisher(pub)
+                    setattr(self, name, None)
         self._subs, self._timers, self.policy, self.safety = [], [], None, None
 
     # ---- inputs --------------------------------------------------------------------------------
@@ -355,13 +356,16 @@ class VlaNode(LifecycleNode):
                 self._send_zero("policy done")
                 raise _end(False, f"policy finished after {step} steps without success", "abort", step)
             sent = self._send(action.delta, action.gripper, action.phase)
+            if sent is None:  # deactivated (or torn down) while the policy was acting: nothing was sent
+                raise _end(False, f"node deactivated after {step} steps", "abort", step)
             step += 1
             fb = self.ExecuteInstruction.Feedback(subtask=action.phase, step=step, action=[float(v) for v in sent])
             goal_handle.publish_feedback(fb)
 
     # ---- commands ------------------------------------------------------------------------------
-    def _send(self, delta: Any, gripper: float, phase: str = "") -> list[float]:
-        """Clamp and publish one command; returns what was sent ([dx, dy, dz, gripper])."""
+    def _send(self, delta: Any, gripper: float, phase: str = "") -> list[float] | None:
+        """Clamp and publish one command; returns what was sent ([dx, dy, dz, gripper]), None when the node is no
+        longer active (nothing published)."""
         tw = Twist()
         tw.linear.x, tw.linear.y, tw.linear.z = (float(v) for v in delta)
         safe, reason = clamp_twist(tw, self.safety.limits)
@@ -380,27 +384,33 @@ class VlaNode(LifecycleNode):
             self.get_logger().info(f"dry_run [{phase}]: delta=({out[0]:+.4f}, {out[1]:+.4f}, {out[2]:+.4f}) m "
                                    f"gripper={g:+.2f}")
             return out
-        self._publish_command(out[:3], g)
-        return out
+        return out if self._publish_command(out[:3], g) else None
 
-    def _publish_command(self, delta: list[float], gripper: float) -> None:
-        """One command: ``/arm_cmd`` (delta and gripper together), then the standard-topic mirrors."""
-        stamp = self.get_clock().now().to_msg()
-        cmd = self.ArmCommand()
-        cmd.header.stamp, cmd.header.frame_id = stamp, "world"
-        cmd.delta.x, cmd.delta.y, cmd.delta.z = (float(v) for v in delta)
-        cmd.gripper = float(gripper)
-        tw = TwistStamped()
-        tw.header = cmd.header
-        tw.twist.linear = cmd.delta
-        self.pub_arm.publish(cmd)
-        self.pub_gripper.publish(Float32(data=cmd.gripper))
-        self.pub_delta.publish(tw)
+    def _publish_command(self, delta: list[float], gripper: float, stop: bool = False) -> bool:
+        """One command: ``/arm_cmd`` (delta and gripper together), then the standard-topic mirrors.
+
+        Runs under the node's lock, so a lifecycle teardown cannot destroy the publishers half-way; a motion command
+        (not ``stop``) after deactivation is dropped. Returns whether it was published."""
+        with self._cond:
+            pubs = tuple(getattr(self, n, None) for n in ("pub_arm", "pub_gripper", "pub_delta"))
+            if any(p is None for p in pubs) or not (stop or self._active):
+                return False
+            cmd = self.ArmCommand()
+            cmd.header.stamp, cmd.header.frame_id = self.get_clock().now().to_msg(), "world"
+            cmd.delta.x, cmd.delta.y, cmd.delta.z = (float(v) for v in delta)
+            cmd.gripper = float(gripper)
+            tw = TwistStamped()
+            tw.header = cmd.header
+            tw.twist.linear = cmd.delta
+            pubs[0].publish(cmd)
+            pubs[1].publish(Float32(data=cmd.gripper))
+            pubs[2].publish(tw)
+            return True
 
     def _send_zero(self, reason: str) -> None:
         self.get_logger().warning(f"{reason}: zero delta")
-        if self.safety is not None and not self.safety.dry_run and getattr(self, "pub_arm", None) is not None:
-            self._publish_command([0.0, 0.0, 0.0], 0.0)  # gripper 0 holds it as it is
+        if self.safety is not None and not self.safety.dry_run:
+            self._publish_command([0.0, 0.0, 0.0], 0.0, stop=True)  # gripper 0 holds it as it is
 
     def _publish_diag(self) -> None:
         if self.safety is None or getattr(self, "pub_diag", None) is None:
