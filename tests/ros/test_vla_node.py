@@ -267,3 +267,55 @@ def test_dry_run_and_lifecycle_teardown(arm):
     spin_until(node, lambda: False, timeout=0.3)
     assert len(arm["deltas"]) == n, "dry_run published /arm_cmd"
     assert len(arm["mirrors"]) == n_mirrors, "dry_run published /ee_delta_cmd"
+
+
+def test_deactivate_aborts_a_running_goal_and_the_arm_hears_nothing_after(arm):
+    """Deactivating mid-goal aborts it (ChangeState waits for the goal to end) and no command follows the result."""
+    node, client = arm["node"], arm["client"]
+    assert call(node, arm["reset"], Trigger.Request()).success
+    goal = Goal(node, client, "pick up the red cube", timeout_s=60.0)
+    assert goal.accepted
+    assert spin_until(node, lambda: len(goal.feedback) >= 2, timeout=30), "no feedback before deactivate"
+    assert change_state(node, Transition.TRANSITION_DEACTIVATE)
+    status, result = goal.result(timeout=10)
+    assert status == GoalStatus.STATUS_ABORTED and "deactivated" in result.message, result.message
+    assert not result.success
+    spin_until(node, lambda: False, timeout=0.3)  # let the commands already in flight arrive
+    n = len(arm["deltas"])
+    assert n >= result.steps  # every step that was counted was sent
+    spin_until(node, lambda: False, timeout=0.7)
+    assert len(arm["deltas"]) == n, "an inactive node kept commanding the arm"
+    assert not Goal(node, client, "pick up the red cube").accepted
+
+
+def test_inactive_or_torn_down_node_drops_motion_commands(ros_node):
+    """In process: a motion command after deactivation is dropped (``_send`` -> None); a stop still goes out while
+    the publishers exist; after cleanup nothing is published and nothing raises (a late goal thread's view)."""
+    from allday_ros.vla_node import VlaNode
+
+    got: list = []
+    sub = ros_node.create_subscription(ArmCommand, "/arm_cmd", got.append, 50)
+    vla = VlaNode(context=ros_node.context)  # transitions are direct calls: the node itself need not spin
+    try:
+        vla.trigger_configure()
+        vla.trigger_activate()
+        # wait until the test node's reader has matched the node's writer (volatile: earlier messages are lost)
+        assert spin_until(ros_node, lambda: vla.pub_arm.get_subscription_count() > 0, timeout=10)
+        assert vla._send([0.2, 0.0, -0.01], 2.0) == pytest.approx([0.05, 0.0, -0.01, 1.0])  # clamped
+        assert spin_until(ros_node, lambda: len(got) == 1, timeout=5)
+        assert (got[0].delta.x, got[0].gripper) == pytest.approx((0.05, 1.0))
+        vla.trigger_deactivate()
+        assert vla._send([0.01, 0.0, 0.0], 1.0) is None, "an inactive node published a motion command"
+        assert not vla._publish_command([0.01, 0.0, 0.0], 1.0)
+        assert vla._publish_command([0.0, 0.0, 0.0], 0.0, stop=True), "the stop must still go out"
+        assert spin_until(ros_node, lambda: len(got) == 2, timeout=5)
+        assert _is_zero(got[1])
+        vla.trigger_cleanup()
+        assert vla.pub_arm is None
+        assert not vla._publish_command([0.0, 0.0, 0.0], 0.0, stop=True)
+        vla._send_zero("late goal thread")  # safety was dropped with the policy: a no-op, not an error
+        spin_until(ros_node, lambda: False, timeout=0.3)
+        assert len(got) == 2, [(m.delta.x, m.gripper) for m in got]
+    finally:
+        vla.destroy_node()
+        ros_node.destroy_subscription(sub)
