@@ -200,12 +200,19 @@ def _is_zero(msg) -> bool:
     return (msg.delta.x, msg.delta.y, msg.delta.z, msg.gripper) == (0.0, 0.0, 0.0, 0.0)
 
 
+def _running_goal(arm, before: str) -> Goal:
+    """Reset the arm and start a Lift goal; returns once it has sent two steps."""
+    node = arm["node"]
+    assert call(node, arm["reset"], Trigger.Request()).success
+    goal = Goal(node, arm["client"], "pick up the red cube", timeout_s=60.0)
+    assert goal.accepted
+    assert spin_until(node, lambda: len(goal.feedback) >= 2, timeout=30), f"no feedback before {before}"
+    return goal
+
+
 def test_cancel_stops_the_goal(arm):
     node, client = arm["node"], arm["client"]
-    assert call(node, arm["reset"], Trigger.Request()).success
-    goal = Goal(node, client, "pick up the red cube", timeout_s=60.0)
-    assert goal.accepted
-    assert spin_until(node, lambda: len(goal.feedback) >= 2, timeout=30), "no feedback before cancel"
+    goal = _running_goal(arm, "cancel")
     cancel = goal.handle.cancel_goal_async()
     assert spin_until(node, cancel.done, timeout=10)
     status, result = goal.result(timeout=10)
@@ -226,11 +233,8 @@ def test_cancel_stops_the_goal(arm):
 
 
 def test_stale_input_zeroes_and_aborts(arm):
-    node, client = arm["node"], arm["client"]
-    assert call(node, arm["reset"], Trigger.Request()).success
-    goal = Goal(node, client, "pick up the red cube", timeout_s=60.0)
-    assert goal.accepted
-    assert spin_until(node, lambda: len(goal.feedback) >= 2, timeout=30)
+    node = arm["node"]
+    goal = _running_goal(arm, "the arm went silent")
     arm["sim"].stop()  # the arm goes silent: camera, poses and status stop
     t0 = time.monotonic()
     status, result = goal.result(timeout=10)
@@ -272,10 +276,7 @@ def test_dry_run_and_lifecycle_teardown(arm):
 def test_deactivate_aborts_a_running_goal_and_the_arm_hears_nothing_after(arm):
     """Deactivating mid-goal aborts it (ChangeState waits for the goal to end) and no command follows the result."""
     node, client = arm["node"], arm["client"]
-    assert call(node, arm["reset"], Trigger.Request()).success
-    goal = Goal(node, client, "pick up the red cube", timeout_s=60.0)
-    assert goal.accepted
-    assert spin_until(node, lambda: len(goal.feedback) >= 2, timeout=30), "no feedback before deactivate"
+    goal = _running_goal(arm, "deactivate")
     assert change_state(node, Transition.TRANSITION_DEACTIVATE)
     status, result = goal.result(timeout=10)
     assert status == GoalStatus.STATUS_ABORTED and "deactivated" in result.message, result.message
