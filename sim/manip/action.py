@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -56,26 +56,61 @@ class EEDeltaAction:
         raise ValueError(f"cannot read an end-effector action from {type(value).__name__}")
 
 
-def sanitize(delta: Sequence[float], gripper: float, max_delta: float = MAX_DELTA_M) -> tuple[np.ndarray, float, str]:
+#: the kinds of fault :func:`sanitize` repairs; a consumer keys its log-once or counters on these, not on the text
+FAULT_KINDS: tuple[str, ...] = ("delta-nan", "delta-clamp", "gripper-nan", "gripper-clamp")
+
+
+class Fault(NamedTuple):
+    """One repaired fault of a command: ``kind`` (one of :data:`FAULT_KINDS`) and a human-readable ``detail``."""
+
+    kind: str
+    detail: str
+
+
+class Sanitized(NamedTuple):
+    """A command made safe to execute, with the faults that were repaired (empty when it was fine as sent)."""
+
+    delta: np.ndarray
+    gripper: float
+    faults: tuple[Fault, ...]
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The fault kinds, in the order they were found."""
+        return tuple(f.kind for f in self.faults)
+
+    @property
+    def reason(self) -> str:
+        """All details joined with "; " ("" when nothing was changed)."""
+        return "; ".join(f.detail for f in self.faults)
+
+
+def sanitize_gripper(gripper: float) -> tuple[float, Fault | None]:
+    """``gripper`` clamped to [-1, 1]; non-finite becomes 0 (hold the current opening). The fault, or None."""
+    g = float(gripper)
+    if not math.isfinite(g):
+        return GRIPPER_HOLD, Fault("gripper-nan", f"non-finite gripper {g} -> 0 (hold the current opening)")
+    if abs(g) > 1.0:
+        return max(-1.0, min(1.0, g)), Fault("gripper-clamp", f"gripper {g:.3g} clamped to [-1, 1]")
+    return g, None
+
+
+def sanitize(delta: Sequence[float], gripper: float, max_delta: float = MAX_DELTA_M) -> Sanitized:
     """Clamp a command to ``|d_i| <= max_delta`` and ``gripper`` to [-1, 1]; non-finite values become 0.
 
-    Returns ``(delta, gripper, reason)`` where ``reason`` is "" when nothing was changed.
+    Unpacks as ``delta, gripper, faults``; ``.reason`` joins the faults' details ("" when nothing changed).
     """
-    reasons = []
+    faults = []
     d = np.asarray(delta, dtype=np.float64).ravel()
     if d.shape != (3,):
         raise ValueError(f"delta must have 3 components, got shape {d.shape}")
     if not np.isfinite(d).all():
-        reasons.append("non-finite delta -> zero")
+        faults.append(Fault("delta-nan", f"non-finite delta {d.tolist()} -> zero"))
         d = np.zeros(3)
     if np.abs(d).max() > max_delta:
-        reasons.append(f"delta {np.round(d, 4).tolist()} clamped to +-{max_delta} m")
+        faults.append(Fault("delta-clamp", f"delta {np.round(d, 4).tolist()} clamped to +-{max_delta} m"))
         d = np.clip(d, -max_delta, max_delta)
-    g = float(gripper)
-    if not math.isfinite(g):
-        reasons.append("non-finite gripper -> 0 (hold the current opening)")
-        g = GRIPPER_HOLD
-    elif abs(g) > 1.0:
-        reasons.append(f"gripper {g:.3g} clamped to [-1, 1]")
-        g = max(-1.0, min(1.0, g))
-    return d, g, "; ".join(reasons)
+    g, fault = sanitize_gripper(gripper)
+    if fault is not None:
+        faults.append(fault)
+    return Sanitized(d, g, tuple(faults))

@@ -156,7 +156,8 @@ class ManipTask:
         self._step = 0
         self._last_substeps = 0
         self._hold_quat: np.ndarray | None = None
-        self.last_clamp_reason = ""
+        self.last_clamp_reason = ""  # the last step's repaired faults, as text ...
+        self.last_faults: tuple[str, ...] = ()  # ... and as sim.manip.action.FAULT_KINDS
         self.make_time_s = time.perf_counter() - t0
         log.info("built %s (%s) in %.2f s", self.spec.name, self.spec.env_name, self.make_time_s)
 
@@ -278,10 +279,11 @@ class ManipTask:
         and apply ``gripper`` (-1 open .. +1 close, 0 holds). Returns the new observation."""
         if self._hold_quat is None:
             raise RuntimeError("call reset() before step()")
-        delta, g, reason = sanitize(ee_delta_m, gripper, self.config.max_delta_m)
-        self.last_clamp_reason = reason
-        if reason:
-            log.debug("step %d: %s", self._step, reason)
+        safe = sanitize(ee_delta_m, gripper, self.config.max_delta_m)
+        delta, g = safe.delta, safe.gripper
+        self.last_faults, self.last_clamp_reason = safe.kinds, safe.reason
+        if safe.faults:
+            log.debug("step %d: %s", self._step, safe.reason)
         cfg = self.config
         if not cfg.tracking:
             self._send(delta / self._pos_scale, g)

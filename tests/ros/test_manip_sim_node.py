@@ -119,3 +119,51 @@ def test_unknown_command_input_exits_with_the_choices(start_node):
     assert rc != 0
     assert "command_input 'joy'" in out and "arm_cmd" in out and "twist_pair" in out, out[-2000:]
     assert "robosuite" not in out  # refused before the simulator build
+
+
+class _Warnings:
+    """Collects what a node warns (stands in for its rclpy logger, whose output goes to the console)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def warning(self, msg: str) -> None:
+        self.lines.append(msg)
+
+    def __getattr__(self, name: str):  # info/debug/error are not what this test counts
+        return lambda *a, **k: None
+
+
+def test_each_kind_of_bad_command_is_logged_once_per_source(ros_node):
+    """Faults are keyed by the kinds sim.manip.action.sanitize reports: a repeat is not logged again, a new kind or
+    a new source is; and the sanitized command (not the bad one) is what the arm executes."""
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import Float32
+
+    from allday_ros.manip_sim_node import ManipSimNode
+
+    node = ManipSimNode(context=ros_node.context, parameter_overrides=[
+        Parameter("image_size", value=32), Parameter("max_delta", value=MAX_DELTA), Parameter("seed", value=3)])
+    warn = _Warnings()
+    node.get_logger = lambda: warn
+    try:
+        p0 = node.task.ee_pos().copy()
+        node._step((math.nan, 0.0, 0.0), -1.0, "arm_cmd")
+        node._step((0.0, math.inf, 0.0), -1.0, "arm_cmd")  # same kind, same source: not logged again
+        assert len(warn.lines) == 1 and warn.lines[0].startswith("arm_cmd: non-finite delta"), warn.lines
+        assert node.task.last_faults == ()  # repaired by the node before the task saw it
+        assert abs(node.task.ee_pos() - p0).max() < 3e-3  # held, not sent to infinity
+        node._step((0.0, 0.0, 0.5), 1.0, "arm_cmd")  # a new kind
+        node._step((0.0, 0.0, 0.5), 1.0, "ee_delta_cmd")  # the same kind from another source
+        assert [w.split(":")[0] for w in warn.lines] == ["arm_cmd", "arm_cmd", "ee_delta_cmd"], warn.lines
+        assert "clamped to +-0.02 m" in warn.lines[1] and node._gripper == 1.0
+        node._step((0.0, 0.0, 0.5), 7.0, "arm_cmd")  # two kinds together: one line naming both
+        assert "delta" in warn.lines[3] and "gripper 7 clamped" in warn.lines[3], warn.lines
+        assert node._gripper == 1.0 and len(warn.lines) == 4
+        node._on_gripper(Float32(data=math.nan))
+        node._on_gripper(Float32(data=math.nan))
+        assert node._gripper == 0.0 and len(warn.lines) == 5 and warn.lines[4].startswith("gripper_cmd: non-finite")
+        node._on_gripper(Float32(data=-3.0))
+        assert node._gripper == -1.0 and len(warn.lines) == 6
+    finally:
+        node.destroy_node()

@@ -11,7 +11,7 @@ import pytest
 
 from agents.core.policy import Policy
 from sim.manip import EXPERTS, TASKS, EEDeltaAction, ManipTaskConfig, make_expert
-from sim.manip.action import sanitize
+from sim.manip.action import FAULT_KINDS, sanitize, sanitize_gripper
 from sim.manip.experts import run_expert
 
 # ------------------------------------------------------------------------------------------- no robosuite needed
@@ -47,11 +47,18 @@ def test_action_parse_and_sanitize():
     assert EEDeltaAction.parse(a) is a
     with pytest.raises(ValueError, match="dx, dy, dz, gripper"):
         EEDeltaAction.parse([1, 2, 3])
-    d, g, why = sanitize([0.2, -0.2, 0.01], 3.0, max_delta=0.05)
-    assert np.allclose(d, [0.05, -0.05, 0.01]) and g == 1.0 and "clamped" in why
-    d, g, why = sanitize([math.nan, 0, 0], math.inf)
-    assert np.allclose(d, 0) and g == 0.0 and "non-finite" in why
-    assert sanitize([0.01, 0, 0], -1)[2] == ""
+    safe = sanitize([0.2, -0.2, 0.01], 3.0, max_delta=0.05)
+    assert np.allclose(safe.delta, [0.05, -0.05, 0.01]) and safe.gripper == 1.0
+    assert safe.kinds == ("delta-clamp", "gripper-clamp") and "clamped" in safe.reason
+    d, g, faults = sanitize([math.nan, 0, 0], math.inf)  # unpacks as (delta, gripper, faults)
+    assert np.allclose(d, 0) and g == 0.0 and [f.kind for f in faults] == ["delta-nan", "gripper-nan"]
+    assert sanitize([math.nan, 0, 9.0], 0.5).kinds == ("delta-nan",)  # zeroed first, so nothing left to clamp
+    ok = sanitize([0.01, 0, 0], -1)
+    assert ok.faults == () and ok.reason == "" and ok.gripper == -1.0
+    assert set(sanitize([1.0, math.nan, 0], math.nan).kinds) <= set(FAULT_KINDS)
+    assert sanitize_gripper(-0.5) == (-0.5, None)
+    with pytest.raises(ValueError, match="3 components"):
+        sanitize([0.0, 0.0], 0.0)
 
 
 def test_registries():
@@ -155,11 +162,11 @@ def test_raw_controller_scale_is_a_set_point_offset(lift):
 def test_bad_commands_are_sanitised(lift):
     p0 = lift.reset(0)["ee_pos"]
     obs = lift.step([math.nan, 0.0, 0.0], math.nan)
-    assert "non-finite" in lift.last_clamp_reason
+    assert "non-finite" in lift.last_clamp_reason and lift.last_faults == ("delta-nan", "gripper-nan")
     assert np.abs(obs["ee_pos"] - p0).max() < 0.003
     p1 = obs["ee_pos"]
     obs = lift.step([1.0, 0.0, 0.0], -1.0)
-    assert "clamped" in lift.last_clamp_reason
+    assert "clamped" in lift.last_clamp_reason and lift.last_faults == ("delta-clamp",)
     assert obs["ee_pos"][0] - p1[0] < 0.05 + 0.01
 
 

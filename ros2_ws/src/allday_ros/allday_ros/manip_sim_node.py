@@ -26,7 +26,6 @@ Service ``~/reset`` (std_srvs/Trigger) starts a new episode (seed = ``seed`` + e
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from typing import Any
@@ -44,7 +43,7 @@ from allday_ros.conversions import image_to_msg  # noqa: E402
 from allday_ros.interfaces import load_interfaces  # noqa: E402
 from allday_ros.safety import LogOnce  # noqa: E402
 from allday_ros.spin import run_node  # noqa: E402
-from sim.manip.action import sanitize  # noqa: E402
+from sim.manip.action import sanitize, sanitize_gripper  # noqa: E402
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 STATUS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
@@ -165,13 +164,9 @@ class ManipSimNode(Node):
         self._step((msg.delta.x, msg.delta.y, msg.delta.z), float(msg.gripper), "arm_cmd")
 
     def _on_gripper(self, msg: Float32) -> None:
-        g = float(msg.data)
-        if not math.isfinite(g):
-            self._log_once(self.get_logger(), "gripper-nan", f"gripper command {g} is not finite: holding (0)")
-            g = 0.0
-        elif abs(g) > 1.0:
-            self._log_once(self.get_logger(), "gripper-range", f"gripper command {g:g} clamped to [-1, 1]")
-            g = max(-1.0, min(1.0, g))
+        g, fault = sanitize_gripper(msg.data)
+        if fault is not None:
+            self._log_once(self.get_logger(), f"gripper_cmd-{fault.kind}", f"gripper_cmd: {fault.detail}")
         self._gripper = g
 
     def _on_delta(self, msg: TwistStamped) -> None:
@@ -182,13 +177,11 @@ class ManipSimNode(Node):
 
     def _step(self, delta: Any, gripper: float, source: str) -> None:
         """One lockstep env step on a sanitized command (non-finite -> 0, clamped), then publish the new state."""
-        delta, gripper, reason = sanitize(delta, gripper, self._max_delta)
-        if reason:  # each kind of fault is logged once per source
-            kinds = [k for k, pat in (("delta-nan", "non-finite delta"), ("gripper-nan", "non-finite gripper"),
-                                      ("clamp", "clamped")) if pat in reason]
-            self._log_once(self.get_logger(), f"{source}-{'+'.join(kinds)}", f"{source}: {reason}")
-        self._gripper = gripper
-        self._obs = self.task.step(delta, gripper)
+        safe = sanitize(delta, gripper, self._max_delta)
+        if safe.faults:  # each combination of fault kinds is logged once per source
+            self._log_once(self.get_logger(), f"{source}-{'+'.join(safe.kinds)}", f"{source}: {safe.reason}")
+        self._gripper = safe.gripper
+        self._obs = self.task.step(safe.delta, safe.gripper)
         self._new_state()
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
