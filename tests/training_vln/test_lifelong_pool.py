@@ -1,0 +1,74 @@
+"""scripts/lifelong_pool.py: lifelong reports pooled over task orders (SR, binomial SE, lead over a reference on the
+orders both ran), method settings as their own rows, and refusal of reports from another protocol."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import lifelong_pool as pool  # noqa: E402
+
+N = 30
+
+
+def _report(path: Path, order: int, results: dict[str, list[float]], base: list[float], **config) -> str:
+    tasks = [f"S{i % 2}-{'normal' if i < 2 else 'low_light'}" for i in range(len(base))][::(1 if order % 2 else -1)]
+    out = {}
+    for method, final in results.items():
+        T = len(final)
+        right_after = [min(1.0, v + 0.2) for v in final]
+        mat = [[right_after[t] if t == k else None for t in range(T)] for k in range(T - 1)] + [final]
+        out[method] = {"matrices": {"sr": mat}, "forgetting": {"sr": {"relative": 1 - final[0] / right_after[0]}}}
+    cfg = {"order_seed": order, "eval_per_task": N, "methods": list(results), **config}
+    path.write_text(json.dumps({"tasks": tasks, "config": cfg, "results": out,
+                                "references": {"base": {t: {"sr": v} for t, v in zip(tasks, base)}}}))
+    return str(path)
+
+
+def test_pooled_sr_se_and_lead_on_shared_orders(tmp_path, capsys):
+    seq1, seq2 = [0.1, 0.2, 0.3, 0.4], [0.2, 0.2, 0.2, 0.2]
+    tuka1, tuka2 = [0.5, 0.4, 0.3, 0.2], [0.6, 0.6, 0.5, 0.5]
+    memo = [0.7, 0.7, 0.7, 0.7]  # tuka with another routing memory: its own row, on order 1 only
+    paths = [_report(tmp_path / "a.json", 1, {"seq_lora": seq1}, [0.2] * 4),
+             _report(tmp_path / "b.json", 1, {"tuka_dkil": tuka1}, [0.2] * 4, routing_memory=2048),
+             _report(tmp_path / "c.json", 2, {"seq_lora": seq2, "tuka_dkil": tuka2}, [0.4] * 4, routing_memory=2048),
+             _report(tmp_path / "d.json", 1, {"tuka_dkil": memo}, [0.2] * 4, routing_memory=64)]
+    assert pool.main([*paths, "--out", str(tmp_path / "out")]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    s = json.loads((tmp_path / "out" / "lifelong_pool.json").read_text())
+    assert (tmp_path / "out" / "lifelong_pool.png").stat().st_size > 1000
+    assert set(s["methods"]) == {"seq_lora", "tuka_dkil[routing_memory=2048]", "tuka_dkil[routing_memory=64]"}
+    t, q, m = (s["methods"][k] for k in ("tuka_dkil[routing_memory=2048]", "seq_lora", "tuka_dkil[routing_memory=64]"))
+    assert t["sr"] == pytest.approx(sum(tuka1 + tuka2) / 8) == last["avg_sr"]["tuka_dkil[routing_memory=2048]"]
+    se = lambda ps: math.sqrt(sum(p * (1 - p) / N for p in ps)) / len(ps)  # noqa: E731
+    assert t["se"] == pytest.approx(se(tuka1 + tuka2)) and q["se"] == pytest.approx(se(seq1 + seq2))
+    lead = t["vs_reference"]
+    assert lead["orders"] == [1, 2]
+    assert lead["diff"] == pytest.approx(sum(tuka1 + tuka2) / 8 - sum(seq1 + seq2) / 8)
+    assert lead["z"] == pytest.approx(lead["diff"] / math.hypot(se(tuka1 + tuka2), se(seq1 + seq2)))
+    # a row on one order is compared on that order only, not against the reference's pooled SR
+    assert m["vs_reference"]["orders"] == [1] and m["vs_reference"]["diff"] == pytest.approx(0.7 - 0.25)
+    assert "vs_reference" not in q
+    assert t["f_sr_by_order"] == {"1": pytest.approx(1 - 0.5 / 0.7), "2": pytest.approx(1 - 0.6 / 0.8)}
+    assert s["base"]["sr"] == pytest.approx(0.3) and s["base"]["sr_by_order"] == {"1": 0.2, "2": 0.4}
+
+
+def test_reports_from_another_protocol_or_twice_are_refused(tmp_path, capsys):
+    a = _report(tmp_path / "a.json", 1, {"seq_lora": [0.1] * 4}, [0.2] * 4)
+    b = _report(tmp_path / "b.json", 2, {"seq_lora": [0.1] * 4}, [0.2] * 4, steps_per_task=5)
+    with pytest.raises(SystemExit):
+        pool.main([a, b])
+    err = capsys.readouterr().err
+    assert "must share the protocol" in err and "in steps_per_task" in err, err
+    c = _report(tmp_path / "c.json", 1, {"seq_lora": [0.3] * 4}, [0.2] * 4)
+    with pytest.raises(SystemExit):
+        pool.main([a, c])
+    assert "seq_lora on order 1 appears twice" in capsys.readouterr().err
+    d = _report(tmp_path / "d.json", 2, {"ewc_lora": [0.1] * 4}, [0.2] * 4)
+    with pytest.raises(SystemExit):
+        pool.main([a, d, "--reference", "oracle"])
+    assert "--reference 'oracle' is not one of ['ewc_lora', 'seq_lora']" in capsys.readouterr().err
