@@ -115,6 +115,8 @@ def summarise(rows: dict[str, Row], base: dict[int, list[float]], n_eval: int, r
             d, se = sum(a) / len(a) - sum(b) / len(b), math.hypot(sr_se(a, n_eval), sr_se(b, n_eval))
             entry["vs_reference"] = {"orders": shared, "diff": d, "se": se, "z": d / se if se > 0 else None}
         out["methods"][name] = entry
+    order = sorted(out["methods"], key=lambda n: (n != reference, n))  # the reference first, then by name
+    out["methods"] = {n: out["methods"][n] for n in order}
     out["reference"] = reference
     return out
 
