@@ -85,8 +85,11 @@ def load(paths: list[str]) -> tuple[dict[str, Row], dict[int, list[float]], int,
         row = rows.setdefault(name, Row(name))
         if order in row.final_sr:
             raise ValueError(f"{path}: {name} on order {order} appears twice")
-        row.final_sr[order] = [float(v) for v in res["matrices"]["sr"][-1]]
-        row.forgetting[order] = res["forgetting"]["sr"]["relative"]
+        try:  # the SR matrix's last row: every task's SR after the last one was learnt
+            row.final_sr[order] = [float(v) for v in res["matrices"]["sr"][-1]]
+            row.forgetting[order] = res["forgetting"]["sr"]["relative"]
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"{path}: {name} has no complete final SR row and F-SR ({exc!r})") from None
     return rows, base, int(first["eval_per_task"]), first
 
 
@@ -129,8 +132,9 @@ def table(s: dict) -> str:
         fs = ", ".join("-" if v is None else f"{v:.2f}" for v in e["f_sr_by_order"].values())
         f = "-" if e["f_sr"] is None else f"{e['f_sr']:.2f}"
         v = e.get("vs_reference")
+        z = "n/a" if v is None or v["z"] is None else f"{v['z']:+.1f}"
         lead = "reference" if name == s["reference"] else "-" if v is None else (
-            f"{v['diff']:+.2f} ± {v['se']:.2f} ({v['z']:+.1f} SE) on {v['orders']}")
+            f"{v['diff']:+.2f} ± {v['se']:.2f} ({z} SE) on {v['orders']}")
         lines.append(f"| {name} | {e['orders']} | {e['tasks']} | {e['sr']:.2f} ± {e['se']:.2f} | {fs} | {f} | {lead} |")
     if s["base"]:
         b = s["base"]

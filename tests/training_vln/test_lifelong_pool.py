@@ -72,3 +72,17 @@ def test_reports_from_another_protocol_or_twice_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         pool.main([a, d, "--reference", "oracle"])
     assert "--reference 'oracle' is not one of ['ewc_lora', 'seq_lora']" in capsys.readouterr().err
+
+
+def test_a_report_without_a_final_sr_row_is_refused_by_name(tmp_path, capsys):
+    a = _report(tmp_path / "a.json", 1, {"seq_lora": [0.1] * 4}, [0.2] * 4)
+    rep = json.loads(Path(a).read_text())
+    rep["results"]["seq_lora"]["matrices"]["sr"][-1][2] = None  # a task never evaluated at the end
+    Path(a).write_text(json.dumps(rep))
+    with pytest.raises(SystemExit):
+        pool.main([a])
+    assert f"{a}: seq_lora has no complete final SR row" in capsys.readouterr().err
+    # a perfect score on both sides has no spread: the lead is reported without a z, not a crash
+    b = _report(tmp_path / "b.json", 2, {"seq_lora": [1.0] * 4, "ewc_lora": [1.0] * 4}, [0.2] * 4)
+    assert pool.main([b]) == 0
+    assert "+0.00 ± 0.00 (n/a SE) on [2]" in capsys.readouterr().out
