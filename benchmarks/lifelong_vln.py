@@ -15,8 +15,8 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +26,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling lifelong_report, also when imported as a module
+
+from lifelong_report import clean_json as _clean  # noqa: E402 - the report helpers lifelong_pool.py shares
+from lifelong_report import config_with_defaults as _with_defaults  # noqa: E402
+from lifelong_report import report_references as _references  # noqa: E402
+from lifelong_report import sr_se  # noqa: E402,F401 - part of this script's report API (tests)
 
 QUICK_BASE = {
     "out_dir": "runs/vln/quick", "image_size": 32, "n_scenes": 2, "episodes_per_scene": 3, "eval_per_scene": 1,
@@ -38,27 +44,12 @@ QUICK_BASE = {
 }
 
 
-def _clean(x):
-    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 REFERENCE_ROWS = {"base": "base, no adaptation", "blind": "blind: forward {n} then stop"}
 
 
 def reference_avg(on: dict, tasks, key: str = "sr") -> float | None:
     """Mean ``key`` of a reference policy (``{task name: metrics}``) over ``tasks`` (None without tasks)."""
     return float(sum(on[t.name][key] for t in tasks) / len(tasks)) if tasks else None
-
-
-def sr_se(srs: list[float], n: int) -> float:
-    """Standard error of the mean of per-task success rates, each over ``n`` held-out episodes (binomial)."""
-    return math.sqrt(sum(p * (1 - p) / n for p in srs)) / max(len(srs), 1)
 
 
 def routing_cell(r: dict) -> str:
@@ -175,22 +166,6 @@ def plot(results: dict, tasks, path: Path) -> None:
 class _T:
     def __init__(self, name: str) -> None:
         self.name = name
-
-
-def _references(report: dict) -> dict:
-    """A report's reference rows (older reports kept only the base navigator's, under ``base_navigator``)."""
-    refs = dict(report.get("references") or {})
-    if "base" not in refs and report.get("base_navigator", {}).get("on_tasks"):
-        refs["base"] = report["base_navigator"]["on_tasks"]
-    return refs
-
-
-def _with_defaults(config: dict) -> dict:
-    """A report's config with the LifelongConfig fields it predates filled in with their defaults."""
-    from training.vln.lifelong import LifelongConfig
-
-    defaults = {f.name: f.default for f in dataclasses.fields(LifelongConfig) if f.default is not dataclasses.MISSING}
-    return {**defaults, **config}
 
 
 def merge(paths: list[str], out: Path) -> int:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lifelong_vln import _clean, _references, _with_defaults, sr_se  # noqa: E402
+from lifelong_report import clean_json, config_with_defaults, report_references, sr_se  # noqa: E402
 
 #: settings that belong to one method, not to the protocol: they may differ between reports and name a variant
 METHOD_KEYS = ("lora_rank", "tuka_ranks", "ewc_lambda", "dkil_w_ewc", "dkil_anchor_reused", "dkil_core_fisher",
@@ -63,12 +63,12 @@ def load(paths: list[str]) -> tuple[dict[str, Row], dict[int, list[float]], int,
     from agents.core.io import read_json_object
 
     reports = [read_json_object(p, required=("tasks", "config", "results")) for p in paths]
-    first = _with_defaults(reports[0]["config"])
+    first = config_with_defaults(reports[0]["config"])
     base: dict[int, list[float]] = {}
     tasks_by_order: dict[int, list[str]] = {}
     found = []  # (path, order, method, config, result)
     for path, rep in zip(paths, reports):
-        cfg = _with_defaults(rep["config"])
+        cfg = config_with_defaults(rep["config"])
         diff = differing_keys(first, cfg, ignore=FREE_KEYS)
         if diff:
             raise ValueError(f"{path}: reports to pool must share the protocol; it differs from {paths[0]} in "
@@ -76,7 +76,7 @@ def load(paths: list[str]) -> tuple[dict[str, Row], dict[int, list[float]], int,
         order = int(cfg["order_seed"])
         if tasks_by_order.setdefault(order, rep["tasks"]) != rep["tasks"]:
             raise ValueError(f"{path}: order {order} has another task sequence than an earlier report")
-        refs = _references(rep)
+        refs = report_references(rep)
         if "base" in refs:
             base[order] = [float(refs["base"][t]["sr"]) for t in rep["tasks"]]
         found += [(path, order, method, cfg, res) for method, res in rep["results"].items()]
@@ -188,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     md = table(s)
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "lifelong_pool.json").write_text(json.dumps(_clean({**s, "reports": a.reports}), indent=1))
+        (a.out / "lifelong_pool.json").write_text(json.dumps(clean_json({**s, "reports": a.reports}), indent=1))
         (a.out / "lifelong_pool.md").write_text(md + "\n")
         plot(s, a.out / "lifelong_pool.png")
     print(md)
-    print(json.dumps(_clean({"avg_sr": {m: e["sr"] for m, e in s["methods"].items()},
+    print(json.dumps(clean_json({"avg_sr": {m: e["sr"] for m, e in s["methods"].items()},
                              "f_sr": {m: e["f_sr"] for m, e in s["methods"].items()}})))
     return 0
 

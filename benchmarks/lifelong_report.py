@@ -1,0 +1,41 @@
+"""Helpers shared by the lifelong-VLN report scripts (``lifelong_vln.py`` and ``scripts/lifelong_pool.py``): JSON
+cleaning, the binomial standard error of an average SR, and reading older reports (references, config defaults).
+Light to import: the project's training code loads only when a config needs its defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+
+def clean_json(x: Any) -> Any:
+    """``x`` with every NaN or infinite float replaced by None (strict JSON), through dicts, lists and tuples."""
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, dict):
+        return {k: clean_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean_json(v) for v in x]
+    return x
+
+
+def sr_se(srs: list[float], n: int) -> float:
+    """Standard error of the mean of per-task success rates, each over ``n`` held-out episodes (binomial)."""
+    return math.sqrt(sum(p * (1 - p) / n for p in srs)) / max(len(srs), 1)
+
+
+def report_references(report: dict) -> dict:
+    """A report's reference rows (older reports kept only the base navigator's, under ``base_navigator``)."""
+    refs = dict(report.get("references") or {})
+    if "base" not in refs and report.get("base_navigator", {}).get("on_tasks"):
+        refs["base"] = report["base_navigator"]["on_tasks"]
+    return refs
+
+
+def config_with_defaults(config: dict) -> dict:
+    """A report's config with the LifelongConfig fields it predates filled in with their defaults."""
+    from training.vln.lifelong import LifelongConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(LifelongConfig) if f.default is not dataclasses.MISSING}
+    return {**defaults, **config}
