@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -39,3 +40,18 @@ def config_with_defaults(config: dict) -> dict:
 
     defaults = {f.name: f.default for f in dataclasses.fields(LifelongConfig) if f.default is not dataclasses.MISSING}
     return {**defaults, **config}
+
+
+#: report-level settings outside ``config`` that decide what counts as a success (older reports lack them: True)
+SCORING_KEYS = ("success_distance", "physical_conditions")
+
+
+def protocol_differences(a: dict, b: dict, ignore: Iterable[str] = ()) -> list[str]:
+    """Why report ``b`` is not comparable with report ``a``: each differing scoring key and config setting (configs
+    filled with their defaults first, ``ignore`` aside), as ``"key (A against B)"``; empty when comparable."""
+    from agents.core.config import differing_keys
+
+    out = [f"{k} ({a.get(k, 'unset')} against {b.get(k, 'unset')})" for k in SCORING_KEYS
+           if a.get(k, True) != b.get(k, True)]
+    ca, cb = config_with_defaults(a.get("config") or {}), config_with_defaults(b.get("config") or {})
+    return out + [f"{k} ({ca.get(k)} against {cb.get(k)})" for k in differing_keys(ca, cb, ignore=ignore)]

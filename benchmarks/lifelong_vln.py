@@ -28,10 +28,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling lifelong_report, also when imported as a module
 
-from lifelong_report import clean_json as _clean  # noqa: E402 - the report helpers lifelong_pool.py shares
-from lifelong_report import config_with_defaults as _with_defaults  # noqa: E402
+# the report helpers lifelong_pool.py shares; sr_se is also part of this script's report API (tests)
+from lifelong_report import clean_json as _clean  # noqa: E402
+from lifelong_report import protocol_differences, sr_se  # noqa: E402,F401
 from lifelong_report import report_references as _references  # noqa: E402
-from lifelong_report import sr_se  # noqa: E402,F401 - part of this script's report API (tests)
 
 QUICK_BASE = {
     "out_dir": "runs/vln/quick", "image_size": 32, "n_scenes": 2, "episodes_per_scene": 3, "eval_per_scene": 1,
@@ -170,7 +170,6 @@ class _T:
 
 def merge(paths: list[str], out: Path) -> int:
     """Combine runs of the same sequence that trained different methods (e.g. two processes)."""
-    from agents.core.config import differing_keys
     from agents.core.io import read_json_object
 
     reports = [read_json_object(p, required=("tasks", "unseen", "config", "results")) for p in paths]
@@ -178,10 +177,7 @@ def merge(paths: list[str], out: Path) -> int:
     for path, r in zip(paths[1:], reports[1:]):
         if r["tasks"] != first["tasks"] or r["unseen"] != first["unseen"]:
             raise ValueError(f"{path}: runs to merge must share the task sequence and unseen pairs")
-        for key in ("success_distance", "physical_conditions"):
-            if r.get(key, True) != first.get(key, True):
-                raise ValueError(f"{path}: runs to merge must share {key}: {first.get(key)} against {r.get(key)}")
-        diff = differing_keys(_with_defaults(first["config"]), _with_defaults(r["config"]), ignore=("methods",))
+        diff = protocol_differences(first, r, ignore=("methods",))
         if diff:  # e.g. steps_per_task, lr, the base navigator's settings: the methods would not be comparable
             raise ValueError(f"{path}: runs to merge must share their settings (all but methods); they differ in "
                              f"{', '.join(diff)}")

@@ -23,18 +23,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lifelong_report import clean_json, config_with_defaults, report_references, sr_se  # noqa: E402
+from lifelong_report import (  # noqa: E402
+    clean_json,
+    config_with_defaults,
+    protocol_differences,
+    report_references,
+    sr_se,
+)
 
-#: settings that belong to one method, not to the protocol: they may differ between reports and name a variant
-METHOD_KEYS = ("lora_rank", "tuka_ranks", "ewc_lambda", "dkil_w_ewc", "dkil_anchor_reused", "dkil_core_fisher",
-               "fisher_batches", "routing_memory", "tuka_init_jitter")
-#: settings that may differ between reports without making them incomparable
-FREE_KEYS = ("methods", "order_seed", "full_matrix", *METHOD_KEYS)
 #: the settings each method reads, so that a variant is named only by what changes that method
 READS = {"seq_lora": ("lora_rank",), "oracle_multi_lora": ("lora_rank",),
          "ewc_lora": ("lora_rank", "ewc_lambda", "fisher_batches")}
 TUKA_READS = ("tuka_ranks", "dkil_w_ewc", "dkil_anchor_reused", "dkil_core_fisher", "fisher_batches",
               "routing_memory", "tuka_init_jitter")
+#: settings that belong to one method, not to the protocol: they may differ between reports and name a variant
+METHOD_KEYS = tuple(dict.fromkeys(k for keys in (*READS.values(), TUKA_READS) for k in keys))
+#: settings that may differ between reports without making them incomparable
+FREE_KEYS = ("methods", "order_seed", "full_matrix", *METHOD_KEYS)
 
 
 @dataclass
@@ -59,7 +64,6 @@ def _variants(entries: list[tuple[str, dict]]) -> list[str]:
 
 def load(paths: list[str]) -> tuple[dict[str, Row], dict[int, list[float]], int, dict]:
     """Rows by variant, the base navigator's per-task SR by order, episodes per task and the shared protocol."""
-    from agents.core.config import differing_keys
     from agents.core.io import read_json_object
 
     reports = [read_json_object(p, required=("tasks", "config", "results")) for p in paths]
@@ -69,7 +73,7 @@ def load(paths: list[str]) -> tuple[dict[str, Row], dict[int, list[float]], int,
     found = []  # (path, order, method, config, result)
     for path, rep in zip(paths, reports):
         cfg = config_with_defaults(rep["config"])
-        diff = differing_keys(first, cfg, ignore=FREE_KEYS)
+        diff = protocol_differences(reports[0], rep, ignore=FREE_KEYS)
         if diff:
             raise ValueError(f"{path}: reports to pool must share the protocol; it differs from {paths[0]} in "
                              f"{', '.join(diff)}")

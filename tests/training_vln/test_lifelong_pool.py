@@ -64,6 +64,12 @@ def test_reports_from_another_protocol_or_twice_are_refused(tmp_path, capsys):
         pool.main([a, b])
     err = capsys.readouterr().err
     assert "must share the protocol" in err and "in steps_per_task" in err, err
+    scored = json.loads(Path(b).read_text())  # same config, but successes counted within another distance
+    scored["config"].pop("steps_per_task")
+    Path(b).write_text(json.dumps({**scored, "success_distance": 2.0}))
+    with pytest.raises(SystemExit):
+        pool.main([a, b])
+    assert "success_distance (unset against 2.0)" in capsys.readouterr().err
     c = _report(tmp_path / "c.json", 1, {"seq_lora": [0.3] * 4}, [0.2] * 4)
     with pytest.raises(SystemExit):
         pool.main([a, c])
