@@ -97,3 +97,16 @@ def spin_until(node, predicate, timeout: float = 20.0) -> bool:
         return bool(predicate())
     finally:
         ex.remove_node(node)
+
+
+class Warnings:
+    """Collects what a node warns (stands in for its rclpy logger, whose output goes to the console)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def warning(self, msg: str) -> None:
+        self.lines.append(msg)
+
+    def __getattr__(self, name: str):  # info/debug/error are not what this test counts
+        return lambda *a, **k: None

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tests.ros.conftest import spin_until
+from tests.ros.conftest import Warnings, spin_until
 
 pytestmark = pytest.mark.ros
 
@@ -121,19 +121,6 @@ def test_unknown_command_input_exits_with_the_choices(start_node):
     assert "robosuite" not in out  # refused before the simulator build
 
 
-class _Warnings:
-    """Collects what a node warns (stands in for its rclpy logger, whose output goes to the console)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def warning(self, msg: str) -> None:
-        self.lines.append(msg)
-
-    def __getattr__(self, name: str):  # info/debug/error are not what this test counts
-        return lambda *a, **k: None
-
-
 def test_each_kind_of_bad_command_is_logged_once_per_source(ros_node):
     """Faults are keyed by the kinds sim.manip.action.sanitize reports: a repeat is not logged again, a new kind or
     a new source is; and the sanitized command (not the bad one) is what the arm executes."""
@@ -144,7 +131,7 @@ def test_each_kind_of_bad_command_is_logged_once_per_source(ros_node):
 
     node = ManipSimNode(context=ros_node.context, parameter_overrides=[
         Parameter("image_size", value=32), Parameter("max_delta", value=MAX_DELTA), Parameter("seed", value=3)])
-    warn = _Warnings()
+    warn = Warnings()
     node.get_logger = lambda: warn
     try:
         p0 = node.task.ee_pos().copy()

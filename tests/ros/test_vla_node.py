@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.ros.conftest import WS_INSTALL, ros_env, spin_until
+from tests.ros.conftest import WS_INSTALL, Warnings, ros_env, spin_until
 
 pytestmark = pytest.mark.ros
 
@@ -287,6 +287,27 @@ def test_deactivate_aborts_a_running_goal_and_the_arm_hears_nothing_after(arm):
     spin_until(node, lambda: False, timeout=0.7)
     assert len(arm["deltas"]) == n, "an inactive node kept commanding the arm"
     assert not Goal(node, client, "pick up the red cube").accepted
+
+
+def test_bad_gripper_commands_are_repaired_by_the_simulators_rule_and_logged_once_per_kind(ros_node):
+    """In process, dry run: a NaN gripper is sent as 0 (hold) and one out of range as +-1, by
+    sim.manip.action.sanitize_gripper; each kind of fault is logged once, a repeat is not."""
+    from allday_ros.vla_node import VlaNode
+
+    vla = VlaNode(context=ros_node.context, parameter_overrides=[Parameter("dry_run", value=True)])
+    warn = Warnings()
+    vla.get_logger = lambda: warn
+    try:
+        vla.trigger_configure()
+        vla.trigger_activate()
+        assert vla._send([0.0, 0.0, 0.01], float("nan")) == pytest.approx([0.0, 0.0, 0.01, 0.0])
+        assert vla._send([0.0, 0.0, 0.01], float("inf")) == pytest.approx([0.0, 0.0, 0.01, 0.0])  # same kind
+        assert len(warn.lines) == 1 and "non-finite gripper" in warn.lines[0], warn.lines
+        assert vla._send([0.0, 0.0, 0.0], 4.0)[3] == 1.0 and vla._send([0.0, 0.0, 0.0], -9.0)[3] == -1.0
+        assert len(warn.lines) == 2 and "clamped to [-1, 1]" in warn.lines[1], warn.lines
+        assert vla._send([0.0, 0.0, 0.0], 0.5)[3] == 0.5 and len(warn.lines) == 2  # in range: untouched, quiet
+    finally:
+        vla.destroy_node()
 
 
 def test_inactive_or_torn_down_node_drops_motion_commands(ros_node):

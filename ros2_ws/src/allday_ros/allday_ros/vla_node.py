@@ -366,6 +366,8 @@ class VlaNode(LifecycleNode):
     def _send(self, delta: Any, gripper: float, phase: str = "") -> list[float] | None:
         """Clamp and publish one command; returns what was sent ([dx, dy, dz, gripper]), None when the node is no
         longer active (nothing published)."""
+        from sim.manip.action import sanitize_gripper
+
         tw = Twist()
         tw.linear.x, tw.linear.y, tw.linear.z = (float(v) for v in delta)
         safe, reason = clamp_twist(tw, self.safety.limits)
@@ -374,11 +376,9 @@ class VlaNode(LifecycleNode):
             self.safety.last_clamp_reason, self.safety.last_clamp_time = reason, now
             self._log_once(self.get_logger(), "clamp-nan" if "non-finite" in reason else "clamp",
                            f"ee delta {reason} (max_delta {self.safety.limits.max_linear:g} m)")
-        g = float(gripper)
-        if not math.isfinite(g):
-            self._log_once(self.get_logger(), "gripper-nan", "non-finite gripper command: holding (0)")
-            g = 0.0
-        g = max(-1.0, min(1.0, g))
+        g, fault = sanitize_gripper(gripper)  # the simulator's rule: NaN -> 0 (hold), clamp to [-1, 1]
+        if fault is not None:
+            self._log_once(self.get_logger(), fault.kind, f"gripper command: {fault.detail}")
         out = [safe.linear.x, safe.linear.y, safe.linear.z, g]
         if self.safety.dry_run:
             self.get_logger().info(f"dry_run [{phase}]: delta=({out[0]:+.4f}, {out[1]:+.4f}, {out[2]:+.4f}) m "
