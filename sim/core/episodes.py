@@ -2,7 +2,8 @@
 
 Layout follows ``shared/methods/vln-format-and-metrics.md`` section 1. Positions are [x, y, z] in the
 Habitat world frame (y up, metres); rotations are unit quaternions [qx, qy, qz, qw] (scalar last).
-Every problem with a file surfaces as :class:`EpisodeFormatError` naming the file and the problem.
+Every problem with a file surfaces as :class:`EpisodeFormatError` naming the file and the problem. The instruction
+vocabulary (``split_words``, ``build_vocab``, ``tokenize``) lives in :mod:`sim.core.vocab` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ import json
 import logging
 import math
 import os
-import re
-import string
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from agents.core.io import write_bytes
+from sim.core.vocab import build_vocab, split_words, tokenize
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +40,8 @@ __all__ = [
     "tokenize",
 ]
 
-PAD_TOKEN, UNK_TOKEN = "<PAD>", "<UNK>"
-PAD_INDEX, UNK_INDEX = 0, 1
 _EPISODE_KEYS = ("episode_id", "trajectory_id", "scene_id", "start_position", "start_rotation", "info", "goals",
                  "instruction", "reference_path")
-_SPLIT_RE = re.compile(r"(\W+)")  # R2R Tokenizer.SENTENCE_SPLIT_REGEX
 
 
 class EpisodeFormatError(ValueError):
@@ -176,42 +173,6 @@ class GroundTruth:
             self.forward_steps = _int(self.forward_steps, "forward_steps")
             if self.forward_steps < 0:
                 raise EpisodeFormatError(f"forward_steps must be >= 0, got {self.forward_steps}")
-
-
-# ----------------------------------------------------------------------------------- vocab / tokens
-def split_words(text: str) -> list[str]:
-    """R2R word split: lowercase, split on non-alphanumerics; punctuation runs become single-char tokens
-    (except runs of dots, kept whole)."""
-    toks: list[str] = []
-    for word in (s.strip().lower() for s in _SPLIT_RE.split(text.strip())):
-        if not word:
-            continue
-        if all(c in string.punctuation for c in word) and not all(c == "." for c in word):
-            toks.extend(c for c in word if not c.isspace())
-        else:
-            toks.append(word)
-    return toks
-
-
-def build_vocab(texts: Iterable[str]) -> dict[str, Any]:
-    """R2R ``instruction_vocab``: index 0 ``<PAD>``, 1 ``<UNK>``, then the sorted distinct words."""
-    words = sorted({w for t in texts for w in split_words(t)} - {PAD_TOKEN.lower(), UNK_TOKEN.lower()})
-    word_list = [PAD_TOKEN, UNK_TOKEN, *words]
-    index = {w: i for i, w in enumerate(word_list)}
-    return {"word_list": word_list, "word2idx_dict": index, "itos": list(word_list), "stoi": dict(index),
-            "num_vocab": len(word_list), "UNK_INDEX": UNK_INDEX, "PAD_INDEX": PAD_INDEX}
-
-
-def tokenize(text: str, vocab: dict[str, Any], max_length: int | None = None) -> list[int]:
-    """Vocab ids for ``text`` (UNK for unknown words); with ``max_length``, truncate and pad with PAD."""
-    w2i = vocab.get("word2idx_dict") or vocab.get("stoi")
-    if not isinstance(w2i, dict):
-        raise ValueError("vocab has no 'word2idx_dict' / 'stoi' mapping")  # noqa: TRY004 (bad value, not bad type)
-    unk = int(vocab.get("UNK_INDEX", UNK_INDEX))
-    ids = [int(w2i.get(w, unk)) for w in split_words(text)]
-    if max_length is not None:
-        ids = ids[:max_length] + [int(vocab.get("PAD_INDEX", PAD_INDEX))] * max(0, max_length - len(ids))
-    return ids
 
 
 # --------------------------------------------------------------------------------------------- save
