@@ -128,6 +128,18 @@ def test_safety_layer_zero_on_stale_clamped_otherwise():
     assert _vec(out) == [0.0] * 6 and any("no message for 0.80 s" in r for r in reasons)
 
 
+def test_clamp_applies_limits_without_the_watchdog_and_records_the_clamp():
+    layer = _layer()  # nothing fed: filter would zero everything as stale
+    out, reason = layer.clamp(_tw(0.3, az=0.2), now=0.0)
+    assert _vec(out) == [0.3, 0, 0, 0, 0, 0.2] and reason is None and layer.last_clamp_time is None
+    out, reason = layer.clamp(_tw(-2.0), now=0.5)
+    assert out.linear.x == -0.5 and reason == "clamped linear.x -2 -> -0.5"
+    assert (layer.last_clamp_reason, layer.last_clamp_time) == (reason, 0.5)
+    _feed_all(layer, 0.5)
+    st = layer.diagnostic_status(0.6, "s")
+    assert st.level == DiagnosticStatus.WARN and "-2 -> -0.5" in st.message
+
+
 def _values(status):
     return {kv.key: kv.value for kv in status.values}
 

@@ -159,11 +159,18 @@ class SafetyLayer:
         stale = self.watchdog.stale(now)
         if stale:
             return zero_twist(), [f"stale input {self.watchdog.describe(n, now)}" for n in stale]
+        out, reason = self.clamp(twist, now)
+        return out, ([] if reason is None else [reason])
+
+    def clamp(self, twist: Twist, now: float) -> tuple[Twist, str | None]:
+        """``twist`` within the limits and the reason it changed (None when unchanged), without the watchdog.
+
+        A change is recorded for :meth:`diagnostic_status` (WARN for ``clamp_warn_s``); for nodes that handle
+        staleness themselves (e.g. with a grace period) and only need the limits."""
         out, reason = clamp_twist(twist, self.limits)
-        if reason is None:
-            return out, []
-        self.last_clamp_reason, self.last_clamp_time = reason, float(now)
-        return out, [reason]
+        if reason is not None:
+            self.last_clamp_reason, self.last_clamp_time = reason, float(now)
+        return out, reason
 
     def diagnostic_status(self, now: float, name: str, hardware_id: str = "") -> DiagnosticStatus:
         """ERROR when an input is stale, WARN when a command was clamped in the last ``clamp_warn_s``, else OK."""

@@ -48,7 +48,7 @@ from agents.core.policy import Policy  # noqa: E402
 from allday_ros.conversions import ImageFormatError, msg_to_image, stamp_to_ns  # noqa: E402
 from allday_ros.interfaces import load_interfaces  # noqa: E402
 from allday_ros.policies import VLA_POLICIES  # noqa: E402
-from allday_ros.safety import LogOnce, SafetyLayer, VelocityLimits, Watchdog, clamp_twist  # noqa: E402
+from allday_ros.safety import LogOnce, SafetyLayer, VelocityLimits, Watchdog  # noqa: E402
 from allday_ros.spin import run_node  # noqa: E402
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -370,10 +370,8 @@ class VlaNode(LifecycleNode):
 
         tw = Twist()
         tw.linear.x, tw.linear.y, tw.linear.z = (float(v) for v in delta)
-        safe, reason = clamp_twist(tw, self.safety.limits)
+        safe, reason = self.safety.clamp(tw, time.monotonic())  # limits only: _run handles staleness itself
         if reason:
-            now = time.monotonic()
-            self.safety.last_clamp_reason, self.safety.last_clamp_time = reason, now
             self._log_once(self.get_logger(), "clamp-nan" if "non-finite" in reason else "clamp",
                            f"ee delta {reason} (max_delta {self.safety.limits.max_linear:g} m)")
         g, fault = sanitize_gripper(gripper)  # the simulator's rule: NaN -> 0 (hold), clamp to [-1, 1]
