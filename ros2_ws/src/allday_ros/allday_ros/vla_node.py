@@ -45,6 +45,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 from std_msgs.msg import Float32, String  # noqa: E402
 
 from agents.core.policy import Policy  # noqa: E402
+from allday_ros.arm_observation import ARM_INPUTS, arm_observation  # noqa: E402
 from allday_ros.conversions import ImageFormatError, msg_to_image, stamp_to_ns  # noqa: E402
 from allday_ros.interfaces import load_interfaces  # noqa: E402
 from allday_ros.policies import VLA_POLICIES  # noqa: E402
@@ -55,7 +56,6 @@ RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 STATUS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 ACTION_NAME = "/vla/execute_instruction"
 MAX_INSTRUCTION_CHARS = 2000
-INPUTS = ("camera", "ee_pose", "object_poses")
 
 class _GoalEnded(Exception):
     """How a goal ended: ``how`` is succeed / abort / canceled."""
@@ -104,7 +104,7 @@ class VlaNode(LifecycleNode):
         try:
             max_delta = float(g("max_delta"))
             self.safety = SafetyLayer(VelocityLimits(max_linear=max_delta, max_angular=1.0),
-                                      Watchdog(float(g("stale_timeout")), INPUTS), dry_run=bool(g("dry_run")))
+                                      Watchdog(float(g("stale_timeout")), ARM_INPUTS), dry_run=bool(g("dry_run")))
             self.policy = VLA_POLICIES.get(str(g("policy")))({"max_delta": max_delta, "checkpoint": g("checkpoint")})
         except (KeyError, ValueError, OSError, ImportError) as exc:
             self.get_logger().error(f"configure failed: {exc}")
@@ -211,29 +211,6 @@ class VlaNode(LifecycleNode):
             self._status = st
             self._cond.notify_all()
 
-    def _observation(self, instruction: str, step: int, wait_status: bool) -> tuple[int, dict[str, Any]] | None:
-        """The latest complete observation (all inputs with one stamp), or None. Call with ``_cond`` held.
-        ``wait_status``: no observation until a ``/manip/status`` (object names, success) has arrived."""
-        if any(n not in self._msgs for n in INPUTS) or (wait_status and not self._status):
-            return None
-        stamps = {self._msgs[n][0] for n in INPUTS}
-        if len(stamps) != 1:
-            return None
-        stamp = stamps.pop()
-        st = self._status if self._status.get("stamp_ns") == stamp else {}
-        if "stamp_ns" in self._status and not st:
-            return None  # the simulator's status of this state is still on its way
-        pts = self._msgs["object_poses"][1]
-        names = list(self._status.get("objects", []))
-        if len(names) != len(pts):
-            names = [f"object_{i}" for i in range(len(pts))]
-        ee_pos, ee_quat = self._msgs["ee_pose"][1]
-        obs = {"rgb": self._msgs["camera"][1], "ee_pos": ee_pos, "ee_quat": ee_quat,
-               "objects": dict(zip(names, pts)), "instruction": instruction, "step": step,
-               "success": bool(st.get("success", False)), "phase": st.get("phase", ""),
-               "grasped": bool(st.get("grasped", False)), "gripper": st.get("gripper"), "status_known": bool(st)}
-        return stamp, obs
-
     # ---- the action ----------------------------------------------------------------------------
     def _on_goal(self, goal: Any) -> GoalResponse:
         text = goal.instruction
@@ -335,7 +312,7 @@ class VlaNode(LifecycleNode):
                         self._send_zero(f"stale input ({reason})")
                         raise _end(False, f"stale input, stopped: {reason}", "abort", step)
                     # object names come with the status: give it the grace period, then go on without it
-                    got = self._observation(instruction, step, wait_status=now - t0 <= grace)
+                    got = arm_observation(self._msgs, self._status, instruction, step, wait_status=now - t0 <= grace)
                     # lockstep: a new stamp is a new state; in dry_run nothing moves, so a new camera frame will do
                     if got is not None and (got[0] > last_stamp or (dry_run and self._cam_seq != last_cam)):
                         break
