@@ -268,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated methods; '' for the reference rows only (base, blind)")
     p.add_argument("--served-dir", default="runs/vln/alldaywalker_tuka",
                    help="where TuKA's served checkpoint is written and checked (full mode; one per parallel run)")
+    p.add_argument("--progress-dir", default=None, metavar="DIR",
+                   help="save each method's state after every task to DIR/<method>.pt (default OUT/progress in full "
+                        "mode, off in quick mode; 'none': off); removed when the method finishes")
+    p.add_argument("--resume", action="store_true",
+                   help="go on from the progress files in --progress-dir (same settings and task order); without it "
+                        "an existing progress file is an error, never overwritten")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
     p.add_argument("--out", default=None, help="output directory (default: docs/ in full mode, a temp dir in quick)")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
@@ -288,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     from training.vln.config import VLNTrainConfig
     from training.vln.lifelong import LifelongConfig, evaluate_base, evaluate_blind, prepare_data, run_method
     from training.vln.navigator import base_navigator
+    from training.vln.resume import ResumeError, progress_files
 
     torch.set_num_threads(max(1, a.threads))
     os.chdir(ROOT)
@@ -330,17 +337,23 @@ def main(argv: list[str] | None = None) -> int:
         if not names or any(n not in by_name for n in names):
             p.error(f"--only-tasks: names of tasks of this sequence ({sorted(by_name)}), got {a.only_tasks!r}")
         tasks, unseen = [by_name[n] for n in names], []
+    out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="lifelong_vln_")) if a.quick else ROOT / "docs")
+    prog_dir = None if a.progress_dir == "none" or (a.quick and not a.progress_dir) else \
+        Path(a.progress_dir) if a.progress_dir else out / "progress"
+    try:  # before the task data: a run that cannot go on says so at once
+        prog = progress_files(prog_dir, cfg.methods, cfg.resume_key(), [t.name for t in tasks], a.resume)
+    except ResumeError as exc:
+        p.error(str(exc))
     data = prepare_data(cfg, tasks + unseen, progress=not a.quick)
     references = {"base": evaluate_base(cfg, base_dir, tasks + unseen, data),
                   "blind": evaluate_blind(cfg, tasks + unseen, data)}
-    out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="lifelong_vln_")) if a.quick else ROOT / "docs")
     out.mkdir(parents=True, exist_ok=True)
     if not a.quick:
         served = ROOT / a.served_dir
     else:
         served = out / "served" if a.out else Path(tempfile.mkdtemp(prefix="alldaywalker_served_"))
-    results = {m: run_method(m, cfg, base_dir, tasks, unseen, data, progress=not a.quick, export_dir=served)
-               for m in cfg.methods}
+    results = {m: run_method(m, cfg, base_dir, tasks, unseen, data, progress=not a.quick, export_dir=served,
+                             progress_file=prog[m]) for m in cfg.methods}
     base_metrics = {c: {k: round(float(m[k]), 3) for k in ("sr", "spl", "osr", "ne")}
                     for c, m in base_result["metrics"].items()}
     report = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "unseen": [u.name for u in unseen],

@@ -37,7 +37,8 @@ def test_quick_benchmark_prints_json(tmp_path):
 def test_quick_benchmark_with_the_projector_adapted(tmp_path):
     """... and with scene questions in every adaptation batch (``--cotrain``)."""
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/lifelong_vln.py"), "--quick", "--adapt-projector",
-                           "--methods", "tuka_dkil", "--cotrain", "0.5", "--out", str(tmp_path)],
+                           "--methods", "tuka_dkil", "--cotrain", "0.5", "--out", str(tmp_path),
+                           "--progress-dir", str(tmp_path / "progress")],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -46,3 +47,18 @@ def test_quick_benchmark_with_the_projector_adapted(tmp_path):
     assert report["config"]["adapt_projector"] is True and report["config"]["cotrain"] == 0.5
     exported = [json.loads(p.read_text()) for p in tmp_path.rglob("vln_config.json")]
     assert exported and all(c["routing_features"] == "vision_tower" for c in exported)
+    assert (tmp_path / "progress").is_dir() and not list((tmp_path / "progress").iterdir())  # saved, then removed
+
+
+@pytest.mark.slow
+def test_quick_benchmark_never_overwrites_progress_and_refuses_a_corrupt_one(tmp_path):
+    stray = tmp_path / "progress" / "seq_lora.pt"
+    stray.parent.mkdir()
+    stray.write_bytes(b"junk")
+    cmd = [sys.executable, str(ROOT / "benchmarks/lifelong_vln.py"), "--quick", "--methods", "seq_lora",
+           "--out", str(tmp_path), "--progress-dir", str(stray.parent)]
+    fresh = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert fresh.returncode == 2 and "pass --resume to go on from it or delete it" in fresh.stderr
+    resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert resumed.returncode == 2 and "not a readable lifelong progress file" in resumed.stderr
+    assert stray.read_bytes() == b"junk" and not (tmp_path / "lifelong_vln.json").exists()

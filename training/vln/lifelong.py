@@ -161,6 +161,10 @@ class LifelongConfig:
         d["base"] = self.base.fingerprint()
         return d
 
+    def resume_key(self) -> dict[str, Any]:
+        """What a resumed run must share with the run that saved the progress: every setting but ``methods``."""
+        return {k: v for k, v in self.to_dict().items() if k != "methods"}
+
 
 @dataclass
 class TaskData:
@@ -279,26 +283,38 @@ def evaluate_blind(cfg: LifelongConfig, tasks: list[Task], data: dict[int, TaskD
 
 
 def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task], unseen: list[Task],
-               data: dict[int, TaskData], progress: bool = False, export_dir: Path | None = None) -> dict[str, Any]:
+               data: dict[int, TaskData], progress: bool = False, export_dir: Path | None = None,
+               progress_file: Path | None = None) -> dict[str, Any]:
     """Train ``name`` through the sequence; returns the metric matrices, final/unseen metrics and forgetting.
-    ``export_dir``: routed methods also write a servable checkpoint there and check it against the live model."""
+    ``export_dir``: routed methods also write a servable checkpoint there and check it against the live model.
+    ``progress_file``: the method's state is saved there after every task, and a run given an existing file goes
+    on after its last saved task (same config and task order, else :class:`ResumeError`); removed at the end."""
     import torch
 
     from agents.vlm.bundle import load_vlm
     from agents.vln.processor_vln import VLNProcessor
     from training.vln.offline import answer_metrics, offline_matrices, summarise
+    from training.vln.resume import load_progress, save_progress
 
     t0 = time.time()
-    torch.manual_seed(cfg.base.seed)
-    bundle = load_vlm(Path(base_dir) / "vlm")
-    agent_cfg = cfg.agent_config()
-    method = METHODS.get(name)(bundle, agent_cfg, cfg.settings())
-    vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size, agent_cfg)
     T = len(tasks)
-    mats = {k: np.full((T, T), np.nan) for k in ("sr", "spl", "osr")}
-    offline = offline_matrices(T)
+    agent_cfg = cfg.agent_config()
+    run_id = {"name": name, "config": cfg.resume_key(), "tasks": [t.name for t in tasks]}
+    state = load_progress(progress_file, **run_id) if progress_file is not None else None
+    if state is None:
+        torch.manual_seed(cfg.base.seed)
+        method = METHODS.get(name)(load_vlm(Path(base_dir) / "vlm"), agent_cfg, cfg.settings())
+        mats = {k: np.full((T, T), np.nan) for k in ("sr", "spl", "osr")}
+        offline, start, t0_done = offline_matrices(T), 0, 0.0
+    else:
+        method, mats, offline, start = state["method"], state["mats"], state["offline"], state["done"]
+        torch.set_rng_state(state["torch_rng"])
+        t0_done = state["elapsed"]
+    bundle = method.bundle
+    vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size, agent_cfg)
     routing: dict[str, list[float]] = {key: [] for key in ROUTING_KEYS}
-    for k, task in enumerate(tqdm(tasks, desc=name, disable=not progress)):
+    for k in tqdm(range(start, T), desc=name, disable=not progress, initial=start, total=T):
+        task = tasks[k]
         d = data[task.index]
         feats = routing_features(method.bundle, method.agent_cfg, d.samples, cfg.routing_memory) \
             if method.routed else None
@@ -327,6 +343,9 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
                 for key, v in answer_metrics(method.model, vproc, data[tasks[j].index].heldout).items():
                     offline[key][k, j] = v
         log.info("%s after %s: SR on seen tasks %s", name, task.name, np.round(mats["sr"][k, :k + 1], 2).tolist())
+        if progress_file is not None and k < T - 1:
+            save_progress(progress_file, **run_id, done=k + 1, method=method, mats=mats, offline=offline,
+                          elapsed=t0_done + time.time() - t0)
     unseen_m = []
     for u in unseen:
         exp = method.expert_of(u) if method.routed else None
@@ -345,6 +364,8 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
 
         export_tuka_navigator(method.model, method.router, Path(base_dir) / "vlm", agent_cfg, export_dir)
         parity = served_parity(method, Path(export_dir), [d.samples for d in data.values()], vproc)
+    if progress_file is not None:
+        Path(progress_file).unlink(missing_ok=True)
     return {
         "served_parity": parity,
         "method": name, "matrices": {k: v.tolist() for k, v in mats.items()}, "final": final,
@@ -355,7 +376,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         "unseen": {k: (float(np.mean([m[k] for m in unseen_m])) if unseen_m else None) for k in ("sr", "spl", "osr")},
         **{key: (float(np.mean(v)) if v else None) for key, v in routing.items()},
         "diagnostics": method.diagnostics(),
-        "adapter_params": int(method.adapter_params()), "seconds": round(time.time() - t0, 1),
+        "adapter_params": int(method.adapter_params()), "seconds": round(t0_done + time.time() - t0, 1),
     }
 
 

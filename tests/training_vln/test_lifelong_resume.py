@@ -1,0 +1,103 @@
+"""Resumable lifelong runs (``training.vln.resume``): a run stopped after a task and resumed from its progress
+file gives exactly the uninterrupted run's results; files of another run or corrupt ones are refused."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL context
+from training.vln.lifelong import LifelongConfig, prepare_data  # noqa: E402
+
+
+def _cfg(base, **kw) -> LifelongConfig:
+    settings = dict(base=base, n_scenes=1, conditions=["normal", "low_light", "overexposure"], n_unseen=0,
+                    train_per_task=1, eval_per_task=1, steps_per_task=6, batch_size=4, fisher_batches=1,
+                    lora_rank=2, tuka_ranks=(4, 4, 2, 2), lr=3e-3, offline_samples=8, cotrain=0.3)
+    return LifelongConfig(**{**settings, **kw})
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, lifelong_base):
+    from training.vln.navigator import build_backbone
+
+    tmp = tmp_path_factory.mktemp("resume")
+    base = lifelong_base(tmp)
+    build_backbone(base, tmp / "base" / "vlm", ["go to the sofa", "where is the object?"])
+    cfg = _cfg(base)
+    tasks, _ = cfg.tasks()
+    return cfg, tasks, prepare_data(cfg, tasks), tmp / "base"
+
+
+class _Stop(Exception):
+    pass
+
+
+def _same(a, b) -> None:
+    for key in ("sr", "spl", "osr"):
+        np.testing.assert_array_equal(np.array(a["matrices"][key], float), np.array(b["matrices"][key], float))
+    np.testing.assert_array_equal(np.array(a["offline"]["matrices"]["loss"], float),
+                                  np.array(b["offline"]["matrices"]["loss"], float))
+    assert a["forgetting"] == b["forgetting"] and a["adapter_params"] == b["adapter_params"]
+    assert a["oracle_route"] == b["oracle_route"] and a["diagnostics"] == b["diagnostics"]
+
+
+@pytest.mark.parametrize("name", ["oracle_multi_lora", "tuka_dkil"])
+def test_a_run_stopped_after_a_task_resumes_to_the_uninterrupted_result(name, setup, tmp_path, monkeypatch):
+    from training.vln import lifelong
+    from training.vln.resume import load_progress
+
+    cfg, tasks, data, base_dir = setup
+    whole = lifelong.run_method(name, cfg, base_dir, tasks, [], data)
+    prog = tmp_path / f"{name}.pt"
+    real = lifelong.Imitation.run
+    calls = {"n": 0}
+
+    def stop_at_the_third_task(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise _Stop
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(lifelong.Imitation, "run", stop_at_the_third_task)
+    with pytest.raises(_Stop):
+        lifelong.run_method(name, cfg, base_dir, tasks, [], data, progress_file=prog)
+    run_id = dict(name=name, config=cfg.resume_key(), tasks=[t.name for t in tasks])
+    assert load_progress(prog, **run_id)["done"] == 2
+    monkeypatch.setattr(lifelong.Imitation, "run", real)
+    trained = []
+    monkeypatch.setattr(lifelong.Imitation, "run", lambda self, *a, **kw: trained.append(kw["desc"]) or real(
+        self, *a, **kw))
+    resumed = lifelong.run_method(name, cfg, base_dir, tasks, [], data, progress_file=prog)
+    assert trained == [f"{name} {tasks[2].name}"]  # only the task that was not finished
+    _same(resumed, whole)
+    assert not prog.exists()  # the finished run cleans up
+
+
+def test_progress_of_another_run_or_a_corrupt_file_is_refused(setup, tmp_path):
+    from training.vln.lifelong import run_method
+    from training.vln.resume import ResumeError, save_progress
+
+    cfg, tasks, data, base_dir = setup
+    prog = tmp_path / "p.pt"
+    config = cfg.resume_key()
+    names = [t.name for t in tasks]
+
+    def write(**kw):
+        args = dict(name="seq_lora", config=config, tasks=names, done=1, method=None, mats={}, offline={},
+                    elapsed=0.0)
+        save_progress(prog, **{**args, **kw})
+
+    write(config={**config, "lr": 0.5})
+    with pytest.raises(ResumeError, match=r"another configuration \(lr: 0.5 -> 0.003\)"):
+        run_method("seq_lora", cfg, base_dir, tasks, [], data, progress_file=prog)
+    write(name="ewc_lora")
+    with pytest.raises(ResumeError, match="of method 'ewc_lora', not 'seq_lora'"):
+        run_method("seq_lora", cfg, base_dir, tasks, [], data, progress_file=prog)
+    write(tasks=names[::-1])
+    with pytest.raises(ResumeError, match="task order"):
+        run_method("seq_lora", cfg, base_dir, tasks, [], data, progress_file=prog)
+    prog.write_bytes(b"not a checkpoint")
+    with pytest.raises(ResumeError, match="not a readable lifelong progress file"):
+        run_method("seq_lora", cfg, base_dir, tasks, [], data, progress_file=prog)
+    assert prog.read_bytes() == b"not a checkpoint"  # refused, not overwritten

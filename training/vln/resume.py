@@ -1,0 +1,85 @@
+"""Resumable lifelong runs: a method's whole state after each task, so a long sequence can stop and go on.
+
+A progress file holds the method object (model with its adapters or experts, penalty state, router), the metric
+matrices so far, the torch RNG state and the run's configuration and task order. ``run_method`` writes one after
+every task when given a path and goes on from it on the next call with the same path; resuming reproduces the
+uninterrupted run exactly. The file is a pickle (``torch.load(weights_only=False)``): resume only from files
+you wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: bumped when the file's layout changes; older files are refused with a clear error
+FORMAT = 1
+
+
+class ResumeError(ValueError):
+    """A progress file that cannot be resumed from: unreadable, of another layout, method, config or task order."""
+
+
+def save_progress(path: Path, *, name: str, config: dict[str, Any], tasks: list[str], done: int, method: Any,
+                  mats: dict[str, Any], offline: dict[str, Any], elapsed: float) -> None:
+    """Write the state after ``done`` tasks to ``path`` atomically (a crash mid-write keeps the previous file)."""
+    import torch
+
+    state = {"format": FORMAT, "method_name": name, "config": config, "tasks": list(tasks), "done": int(done),
+             "method": method, "mats": mats, "offline": offline, "torch_rng": torch.get_rng_state(),
+             "elapsed": float(elapsed)}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_progress(path: Path, *, name: str, config: dict[str, Any], tasks: list[str]) -> dict[str, Any] | None:
+    """The state saved at ``path`` for this method, config and task order; None when there is no file.
+
+    Raises :class:`ResumeError` for a file that is unreadable or belongs to another run (the differences named)."""
+    import torch
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a corrupt or foreign file
+        raise ResumeError(f"{path}: not a readable lifelong progress file ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        got = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ResumeError(f"{path}: progress file format {got!r}, this version reads {FORMAT}")
+    if state["method_name"] != name:
+        raise ResumeError(f"{path}: progress of method {state['method_name']!r}, not {name!r}")
+    if state["tasks"] != list(tasks):
+        raise ResumeError(f"{path}: task order {state['tasks']} differs from this run's {list(tasks)}")
+    diff = sorted(k for k in set(config) | set(state["config"]) if config.get(k) != state["config"].get(k))
+    if diff:
+        shown = ", ".join(f"{k}: {state['config'].get(k)!r} -> {config.get(k)!r}" for k in diff)
+        raise ResumeError(f"{path}: written under another configuration ({shown})")
+    if not 0 < state["done"] <= len(tasks):
+        raise ResumeError(f"{path}: {state['done']} tasks done out of {len(tasks)}")
+    log.info("%s: resuming after %d of %d tasks (%s)", name, state["done"], len(tasks), path)
+    return state
+
+
+def progress_files(directory: Path | None, methods: list[str], config: dict[str, Any], tasks: list[str],
+                   resume: bool) -> dict[str, Path | None]:
+    """Each method's progress file under ``directory`` (None everywhere when ``directory`` is None), checked
+    before any training: an existing file needs ``resume`` (else :class:`ResumeError`, so nothing is overwritten)
+    and must belong to this run."""
+    if directory is None:
+        return {m: None for m in methods}
+    files = {m: Path(directory) / f"{m}.pt" for m in methods}
+    for m, f in files.items():
+        if f.exists() and not resume:
+            raise ResumeError(f"{f}: progress of an earlier run exists; pass --resume to go on from it or delete it")
+        if resume:
+            load_progress(f, name=m, config=config, tasks=tasks)
+    return files
