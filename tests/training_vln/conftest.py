@@ -20,3 +20,21 @@ def lifelong_base():
                               agent={"num_history": 0, "num_future_steps": 3})
 
     return make
+
+
+@pytest.fixture(scope="session")
+def lifelong_setup(lifelong_base):
+    """``make(tmp, make_cfg) -> (cfg, tasks, data, base_dir)``: a tiny backbone saved under ``tmp/base`` and the
+    task data of ``make_cfg(base)``, a LifelongConfig on :func:`lifelong_base`'s settings."""
+
+    def make(tmp, make_cfg):
+        from training.vln.lifelong import prepare_data
+        from training.vln.navigator import build_backbone
+
+        base = lifelong_base(tmp)
+        build_backbone(base, tmp / "base" / "vlm", ["go to the sofa", "where is the object?"])
+        cfg = make_cfg(base)
+        tasks, _ = cfg.tasks()
+        return cfg, tasks, prepare_data(cfg, tasks), tmp / "base"
+
+    return make

@@ -20,15 +20,8 @@ def _cfg(base, **kw) -> LifelongConfig:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, lifelong_base):
-    from training.vln.navigator import build_backbone
-
-    tmp = tmp_path_factory.mktemp("offline")
-    base = lifelong_base(tmp)
-    build_backbone(base, tmp / "base" / "vlm", ["go to the sofa", "where is the object?"])
-    cfg = _cfg(base)
-    tasks, _ = cfg.tasks()
-    return cfg, tasks, prepare_data(cfg, tasks), tmp / "base"
+def setup(tmp_path_factory, lifelong_setup):
+    return lifelong_setup(tmp_path_factory.mktemp("offline"), _cfg)
 
 
 def test_heldout_demonstrations_come_from_the_held_out_episodes(setup) -> None:

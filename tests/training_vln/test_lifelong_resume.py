@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch")
 
 import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL context
-from training.vln.lifelong import LifelongConfig, prepare_data  # noqa: E402
+from training.vln.lifelong import LifelongConfig  # noqa: E402
 
 
 def _cfg(base, **kw) -> LifelongConfig:
@@ -18,15 +18,8 @@ def _cfg(base, **kw) -> LifelongConfig:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, lifelong_base):
-    from training.vln.navigator import build_backbone
-
-    tmp = tmp_path_factory.mktemp("resume")
-    base = lifelong_base(tmp)
-    build_backbone(base, tmp / "base" / "vlm", ["go to the sofa", "where is the object?"])
-    cfg = _cfg(base)
-    tasks, _ = cfg.tasks()
-    return cfg, tasks, prepare_data(cfg, tasks), tmp / "base"
+def setup(tmp_path_factory, lifelong_setup):
+    return lifelong_setup(tmp_path_factory.mktemp("resume"), _cfg)
 
 
 class _Stop(Exception):
