@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="where TuKA's served checkpoint is written and checked (full mode; one per parallel run)")
     p.add_argument("--progress-dir", default=None, metavar="DIR",
                    help="save each method's state after every task to DIR/<method>.pt (default OUT/progress in full "
-                        "mode, off in quick mode; 'none': off); removed when the method finishes")
+                        "mode, off in quick mode; 'none': off); removed once the report is written")
     p.add_argument("--resume", action="store_true",
                    help="go on from the progress files in --progress-dir (same settings and task order); without it "
                         "an existing progress file is an error, never overwritten")
@@ -364,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
               "results": results,
               "seconds": round(time.time() - t0, 1)}
     (out / "lifelong_vln.json").write_text(json.dumps(_clean(report), indent=1))
+    for f in prog.values():  # the report holds every result now
+        if f is not None:
+            f.unlink(missing_ok=True)
     md = report_md(results, tasks, unseen, references, cfg.eval_per_task, cfg.blind_forward_steps)
     (out / "lifelong_vln.md").write_text(md + "\n")
     if results:

@@ -47,7 +47,8 @@ def test_quick_benchmark_with_the_projector_adapted(tmp_path):
     assert report["config"]["adapt_projector"] is True and report["config"]["cotrain"] == 0.5
     exported = [json.loads(p.read_text()) for p in tmp_path.rglob("vln_config.json")]
     assert exported and all(c["routing_features"] == "vision_tower" for c in exported)
-    assert (tmp_path / "progress").is_dir() and not list((tmp_path / "progress").iterdir())  # saved, then removed
+    # saved after each task, then removed once the report holds the result
+    assert (tmp_path / "progress").is_dir() and not list((tmp_path / "progress").iterdir())
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """Resumable lifelong runs (``training.vln.resume``): a run stopped after a task and resumed from its progress
 file gives exactly the uninterrupted run's results; files of another run or corrupt ones are refused."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -64,7 +66,10 @@ def test_a_run_stopped_after_a_task_resumes_to_the_uninterrupted_result(name, se
     resumed = lifelong.run_method(name, cfg, base_dir, tasks, [], data, progress_file=prog)
     assert trained == [f"{name} {tasks[2].name}"]  # only the task that was not finished
     _same(resumed, whole)
-    assert not prog.exists()  # the finished run cleans up
+    assert load_progress(prog, **run_id)["method"] is None and prog.stat().st_size < 100_000  # the result alone
+    again = lifelong.run_method(name, cfg, base_dir, tasks, [], data, progress_file=prog)
+    assert json.dumps(again, sort_keys=True) == json.dumps(resumed, sort_keys=True)
+    assert trained == [f"{name} {tasks[2].name}"]  # finished: nothing trained again
 
 
 def test_progress_of_another_run_or_a_corrupt_file_is_refused(setup, tmp_path):

@@ -287,8 +287,9 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
                progress_file: Path | None = None) -> dict[str, Any]:
     """Train ``name`` through the sequence; returns the metric matrices, final/unseen metrics and forgetting.
     ``export_dir``: routed methods also write a servable checkpoint there and check it against the live model.
-    ``progress_file``: the method's state is saved there after every task, and a run given an existing file goes
-    on after its last saved task (same config and task order, else :class:`ResumeError`); removed at the end."""
+    ``progress_file``: the method's state is saved there after every task and replaced by the result alone at the
+    end; a run given an existing file goes on after its last saved task, or returns the saved result (same config
+    and task order, else :class:`ResumeError`)."""
     import torch
 
     from agents.vlm.bundle import load_vlm
@@ -306,6 +307,9 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         method = METHODS.get(name)(load_vlm(Path(base_dir) / "vlm"), agent_cfg, cfg.settings())
         mats = {k: np.full((T, T), np.nan) for k in ("sr", "spl", "osr")}
         offline, start, t0_done = offline_matrices(T), 0, 0.0
+    elif state.get("result") is not None:
+        log.info("%s: finished in an earlier run, result taken from %s", name, progress_file)
+        return state["result"]
     else:
         method, mats, offline, start = state["method"], state["mats"], state["offline"], state["done"]
         torch.set_rng_state(state["torch_rng"])
@@ -364,9 +368,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
 
         export_tuka_navigator(method.model, method.router, Path(base_dir) / "vlm", agent_cfg, export_dir)
         parity = served_parity(method, Path(export_dir), [d.samples for d in data.values()], vproc)
-    if progress_file is not None:
-        Path(progress_file).unlink(missing_ok=True)
-    return {
+    result = {
         "served_parity": parity,
         "method": name, "matrices": {k: v.tolist() for k, v in mats.items()}, "final": final,
         "avg": {k: float(np.mean(v)) for k, v in final.items()},
@@ -378,6 +380,10 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         "diagnostics": method.diagnostics(),
         "adapter_params": int(method.adapter_params()), "seconds": round(t0_done + time.time() - t0, 1),
     }
+    if progress_file is not None:  # the result alone (a few KB): a resumed multi-method run skips this method
+        save_progress(progress_file, **run_id, done=T, method=None, mats=mats, offline=offline,
+                      elapsed=result["seconds"], result=result)
+    return result
 
 
 def forgetting(mat: np.ndarray) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 A progress file holds the method object (model with its adapters or experts, penalty state, router), the metric
 matrices so far, the torch RNG state and the run's configuration and task order. ``run_method`` writes one after
-every task when given a path and goes on from it on the next call with the same path; resuming reproduces the
-uninterrupted run exactly. The file is a pickle (``torch.load(weights_only=False)``): resume only from files
-you wrote.
+every task when given a path, replaces it by the finished result at the end, and goes on from it (or returns the
+result) on the next call with the same path; resuming reproduces the uninterrupted run exactly. The benchmark
+removes the files once its report is written. The file is a pickle (``torch.load(weights_only=False)``): resume
+only from files you wrote.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ class ResumeError(ValueError):
 
 
 def save_progress(path: Path, *, name: str, config: dict[str, Any], tasks: list[str], done: int, method: Any,
-                  mats: dict[str, Any], offline: dict[str, Any], elapsed: float) -> None:
-    """Write the state after ``done`` tasks to ``path`` atomically (a crash mid-write keeps the previous file)."""
+                  mats: dict[str, Any], offline: dict[str, Any], elapsed: float,
+                  result: dict[str, Any] | None = None) -> None:
+    """Write the state after ``done`` tasks to ``path`` atomically (a crash mid-write keeps the previous file).
+    ``result``: the method's finished result (then ``method`` may be None)."""
     import torch
 
     state = {"format": FORMAT, "method_name": name, "config": config, "tasks": list(tasks), "done": int(done),
              "method": method, "mats": mats, "offline": offline, "torch_rng": torch.get_rng_state(),
-             "elapsed": float(elapsed)}
+             "elapsed": float(elapsed), "result": result}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
