@@ -269,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--served-dir", default="runs/vln/alldaywalker_tuka",
                    help="where TuKA's served checkpoint is written and checked (full mode; one per parallel run)")
     p.add_argument("--progress-dir", default=None, metavar="DIR",
-                   help="save each method's state after every task to DIR/<method>.pt (default OUT/progress in full "
-                        "mode, off in quick mode; 'none': off); removed once the report is written")
+                   help="save each method's state after every task to DIR/<method>.pt (default OUT/progress, or "
+                        "runs/lifelong_vln/progress without --out; off in quick mode; 'none': off); removed once the "
+                        "report is written. Parallel runs need their own")
     p.add_argument("--resume", action="store_true",
                    help="go on from the progress files in --progress-dir (same settings and task order); without it "
                         "an existing progress file is an error, never overwritten")
@@ -292,9 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from training.vln.config import VLNTrainConfig
-    from training.vln.lifelong import LifelongConfig, evaluate_base, evaluate_blind, prepare_data, run_method
+    from training.vln.lifelong import (
+        LifelongConfig,
+        evaluate_base,
+        evaluate_blind,
+        prepare_data,
+        resume_identity,
+        run_method,
+    )
     from training.vln.navigator import base_navigator
-    from training.vln.resume import ResumeError, progress_files
+    from training.vln.resume import ResumeError, progress_files, remove_progress
 
     torch.set_num_threads(max(1, a.threads))
     os.chdir(ROOT)
@@ -339,9 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         tasks, unseen = [by_name[n] for n in names], []
     out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="lifelong_vln_")) if a.quick else ROOT / "docs")
     prog_dir = None if a.progress_dir == "none" or (a.quick and not a.progress_dir) else \
-        Path(a.progress_dir) if a.progress_dir else out / "progress"
+        Path(a.progress_dir) if a.progress_dir else (Path(a.out) if a.out else ROOT / "runs/lifelong_vln") / "progress"
     try:  # before the task data: a run that cannot go on says so at once
-        prog = progress_files(prog_dir, cfg.methods, cfg.resume_key(), [t.name for t in tasks], a.resume)
+        prog = progress_files(prog_dir, {m: resume_identity(m, cfg, tasks, unseen) for m in cfg.methods}, a.resume)
     except ResumeError as exc:
         p.error(str(exc))
     data = prepare_data(cfg, tasks + unseen, progress=not a.quick)
@@ -366,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "lifelong_vln.json").write_text(json.dumps(_clean(report), indent=1))
     for f in prog.values():  # the report holds every result now
         if f is not None:
-            f.unlink(missing_ok=True)
+            remove_progress(f)
     md = report_md(results, tasks, unseen, references, cfg.eval_per_task, cfg.blind_forward_steps)
     (out / "lifelong_vln.md").write_text(md + "\n")
     if results:

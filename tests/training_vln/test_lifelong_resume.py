@@ -57,7 +57,7 @@ def test_a_run_stopped_after_a_task_resumes_to_the_uninterrupted_result(name, se
     monkeypatch.setattr(lifelong.Imitation, "run", stop_at_the_third_task)
     with pytest.raises(_Stop):
         lifelong.run_method(name, cfg, base_dir, tasks, [], data, progress_file=prog)
-    run_id = dict(name=name, config=cfg.resume_key(), tasks=[t.name for t in tasks])
+    run_id = lifelong.resume_identity(name, cfg, tasks, [])
     assert load_progress(prog, **run_id)["done"] == 2
     monkeypatch.setattr(lifelong.Imitation, "run", real)
     trained = []
@@ -73,13 +73,13 @@ def test_a_run_stopped_after_a_task_resumes_to_the_uninterrupted_result(name, se
 
 
 def test_progress_of_another_run_or_a_corrupt_file_is_refused(setup, tmp_path):
-    from training.vln.lifelong import run_method
+    from training.vln.lifelong import resume_identity, run_method
     from training.vln.resume import ResumeError, save_progress
 
     cfg, tasks, data, base_dir = setup
     prog = tmp_path / "p.pt"
-    config = cfg.resume_key()
-    names = [t.name for t in tasks]
+    ident = resume_identity("seq_lora", cfg, tasks, [])
+    config, names = ident["config"], ident["tasks"]
 
     def write(**kw):
         args = dict(name="seq_lora", config=config, tasks=names, done=1, method=None, mats={}, offline={},
@@ -95,7 +95,24 @@ def test_progress_of_another_run_or_a_corrupt_file_is_refused(setup, tmp_path):
     write(tasks=names[::-1])
     with pytest.raises(ResumeError, match="task order"):
         run_method("seq_lora", cfg, base_dir, tasks, [], data, progress_file=prog)
+    write(config={**config, "numerics": {**config["numerics"], "threads": 99}})  # another machine or --threads
+    with pytest.raises(ResumeError, match="numerics"):
+        run_method("seq_lora", cfg, base_dir, tasks, [], data, progress_file=prog)
     prog.write_bytes(b"not a checkpoint")
     with pytest.raises(ResumeError, match="not a readable lifelong progress file"):
         run_method("seq_lora", cfg, base_dir, tasks, [], data, progress_file=prog)
     assert prog.read_bytes() == b"not a checkpoint"  # refused, not overwritten
+
+
+def test_progress_files_need_a_directory_to_resume_and_removal_takes_a_half_written_file(tmp_path):
+    from training.vln.resume import ResumeError, progress_files, remove_progress
+
+    ident = {"seq_lora": {"name": "seq_lora", "config": {}, "tasks": ["a"]}}
+    assert progress_files(None, ident, resume=False) == {"seq_lora": None}
+    with pytest.raises(ResumeError, match="--resume needs a progress directory"):
+        progress_files(None, ident, resume=True)
+    assert progress_files(tmp_path, ident, resume=True) == {"seq_lora": tmp_path / "seq_lora.pt"}  # nothing yet
+    (tmp_path / "seq_lora.pt").write_bytes(b"x")
+    (tmp_path / "seq_lora.pt.tmp").write_bytes(b"x")
+    remove_progress(tmp_path / "seq_lora.pt")
+    assert not list(tmp_path.iterdir())

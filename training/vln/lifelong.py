@@ -161,9 +161,6 @@ class LifelongConfig:
         d["base"] = self.base.fingerprint()
         return d
 
-    def resume_key(self) -> dict[str, Any]:
-        """What a resumed run must share with the run that saved the progress: every setting but ``methods``."""
-        return {k: v for k, v in self.to_dict().items() if k != "methods"}
 
 
 @dataclass
@@ -282,6 +279,17 @@ def evaluate_blind(cfg: LifelongConfig, tasks: list[Task], data: dict[int, TaskD
     return {t.name: evaluate_task(blind, cfg, data[t.index]) for t in tasks}
 
 
+def resume_identity(name: str, cfg: LifelongConfig, tasks: list[Task], unseen: list[Task]) -> dict[str, Any]:
+    """What a resumed run of method ``name`` must share with the run that saved its progress: every setting but
+    ``methods``, the task order, the unseen pairs and the CPU numerics (torch threads and kernel ISA)."""
+    import torch
+
+    config = {k: v for k, v in cfg.to_dict().items() if k != "methods"}
+    config["unseen"] = [u.name for u in unseen]
+    config["numerics"] = {"threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {"name": name, "config": config, "tasks": [t.name for t in tasks]}
+
+
 def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task], unseen: list[Task],
                data: dict[int, TaskData], progress: bool = False, export_dir: Path | None = None,
                progress_file: Path | None = None) -> dict[str, Any]:
@@ -300,7 +308,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
     t0 = time.time()
     T = len(tasks)
     agent_cfg = cfg.agent_config()
-    run_id = {"name": name, "config": cfg.resume_key(), "tasks": [t.name for t in tasks]}
+    run_id = resume_identity(name, cfg, tasks, unseen)
     state = load_progress(progress_file, **run_id) if progress_file is not None else None
     if state is None:
         torch.manual_seed(cfg.base.seed)

@@ -68,21 +68,32 @@ def load_progress(path: Path, *, name: str, config: dict[str, Any], tasks: list[
         raise ResumeError(f"{path}: written under another configuration ({shown})")
     if not 0 < state["done"] <= len(tasks):
         raise ResumeError(f"{path}: {state['done']} tasks done out of {len(tasks)}")
-    log.info("%s: resuming after %d of %d tasks (%s)", name, state["done"], len(tasks), path)
+    if state.get("result") is None:
+        log.info("%s: resuming after %d of %d tasks (%s)", name, state["done"], len(tasks), path)
     return state
 
 
-def progress_files(directory: Path | None, methods: list[str], config: dict[str, Any], tasks: list[str],
-                   resume: bool) -> dict[str, Path | None]:
+def progress_files(directory: Path | None, identities: dict[str, dict[str, Any]], resume: bool
+                   ) -> dict[str, Path | None]:
     """Each method's progress file under ``directory`` (None everywhere when ``directory`` is None), checked
-    before any training: an existing file needs ``resume`` (else :class:`ResumeError`, so nothing is overwritten)
-    and must belong to this run."""
+    before any training. ``identities``: per method, ``load_progress``'s keyword arguments (name, config, tasks).
+    An existing file needs ``resume`` (else :class:`ResumeError`, so nothing is overwritten) and must belong to this
+    run; ``resume`` without a directory is an error too."""
     if directory is None:
-        return {m: None for m in methods}
-    files = {m: Path(directory) / f"{m}.pt" for m in methods}
+        if resume:
+            raise ResumeError("--resume needs a progress directory (--progress-dir; quick mode has none by default)")
+        return {m: None for m in identities}
+    files = {m: Path(directory) / f"{m}.pt" for m in identities}
     for m, f in files.items():
         if f.exists() and not resume:
             raise ResumeError(f"{f}: progress of an earlier run exists; pass --resume to go on from it or delete it")
         if resume:
-            load_progress(f, name=m, config=config, tasks=tasks)
+            load_progress(f, **identities[m])
     return files
+
+
+def remove_progress(path: Path) -> None:
+    """Delete a progress file and any half-written ``.tmp`` beside it."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
