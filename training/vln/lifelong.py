@@ -162,7 +162,6 @@ class LifelongConfig:
         return d
 
 
-
 @dataclass
 class TaskData:
     task: Task
