@@ -117,6 +117,13 @@ def numerics_info() -> dict[str, Any]:
     return info
 
 
+def numerics_key(info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The parts of :func:`numerics_info` (this process's when ``info`` is None) that decide the float reductions:
+    kernel ISA, threads, pins, torch. A run resumed under another key does not repeat an uninterrupted one."""
+    info = numerics_info() if info is None else info
+    return {k: info.get(k) for k in ("torch", "cpu_capability", "threads", "env")}
+
+
 PIN_CHOICES = ("auto", "none", *PINS)  # what a command's --pin-numerics takes
 PIN_HELP = ("CPU code paths fixed before torch loads, so that a run repeats bit for bit (auto: avx2 where the CPU has "
             "it, alike across Intel CPUs with AVX2; portable: avx2 with MKL's vendor-neutral GEMMs, slower; none: "

@@ -97,3 +97,13 @@ def test_numerics_info_is_what_this_process_runs(clean_env):
     assert isinstance(info["cpu"], str) and info["cpu"]
     if Path("/proc/cpuinfo").is_file():  # MKL honours its ISA branches on Intel CPUs only: the vendor is recorded
         assert info["vendor"] in Path("/proc/cpuinfo").read_text()
+
+
+def test_numerics_key_is_what_decides_the_reductions_and_nothing_else(clean_env):
+    clean_env.setenv("MKL_CBWR", "AVX2")
+    key = num.numerics_key()
+    assert key == {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                   "threads": torch.get_num_threads(), "env": {"MKL_CBWR": "AVX2"}}
+    info = num.numerics_info()
+    assert num.numerics_key({**info, "cpu": "another CPU", "python": "0.0"}) == key  # the CPU's name does not decide
+    assert num.numerics_key({**info, "threads": key["threads"] + 1}) != key

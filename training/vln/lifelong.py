@@ -280,12 +280,12 @@ def evaluate_blind(cfg: LifelongConfig, tasks: list[Task], data: dict[int, TaskD
 
 def resume_identity(name: str, cfg: LifelongConfig, tasks: list[Task], unseen: list[Task]) -> dict[str, Any]:
     """What a resumed run of method ``name`` must share with the run that saved its progress: every setting but
-    ``methods``, the task order, the unseen pairs and the CPU numerics (torch threads and kernel ISA)."""
-    import torch
+    ``methods``, the task order, the unseen pairs and the CPU numerics (:func:`agents.core.numerics.numerics_key`)."""
+    from agents.core.numerics import numerics_key
 
     config = {k: v for k, v in cfg.to_dict().items() if k != "methods"}
     config["unseen"] = [u.name for u in unseen]
-    config["numerics"] = {"threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    config["numerics"] = numerics_key()
     return {"name": name, "config": config, "tasks": [t.name for t in tasks]}
 
 

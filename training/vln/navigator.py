@@ -20,7 +20,7 @@ from agents.core.io import (
     save_npz,
     write_text,
 )
-from agents.core.numerics import numerics_info
+from agents.core.numerics import numerics_info, numerics_key
 from agents.vln.modeling_vln import AlldayWalkerPolicy
 from agents.vln.processor_vln import VLNProcessor
 from sim.core.env import NavEnvConfig
@@ -146,7 +146,7 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
         if resume:
             log.warning("--resume: no checkpoint in %s, starting fresh", out)
         state = {"fingerprint": cfg.fingerprint(), "phase": "bc", "phase_step": 0, "collected": [], "step": 0,
-                 "numerics": _numerics_key(numerics_info())}
+                 "numerics": numerics_key()}
     train_eps, train_gts = make_episodes(cfg, "train", progress=progress)
     eval_eps, eval_gts = make_episodes(cfg, "eval")
     if resumed:
@@ -216,14 +216,9 @@ def train_navigator(cfg: VLNTrainConfig, out_dir: str | Path, resume: bool = Fal
     return result
 
 
-def _numerics_key(info: dict[str, Any]) -> dict[str, Any]:
-    """The parts of :func:`numerics_info` that decide the float reductions (kernel ISA, threads, pins, torch)."""
-    return {k: info.get(k) for k in ("torch", "cpu_capability", "threads", "env")}
-
-
 def _warn_numerics_change(started: dict[str, Any] | None, out: Path) -> None:
     """Say so when a run resumes under other CPU numerics than it started with: its weights will not reproduce."""
-    now = _numerics_key(numerics_info())
+    now = numerics_key()
     if started is not None and started != now:
         log.warning("%s resumes under other CPU numerics than it started with (%s, now %s): the weights will not "
                     "match an uninterrupted run's", out, started, now)
