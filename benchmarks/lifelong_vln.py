@@ -346,8 +346,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--only-tasks: names of tasks of this sequence ({sorted(by_name)}), got {a.only_tasks!r}")
         tasks, unseen = [by_name[n] for n in names], []
     out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="lifelong_vln_")) if a.quick else ROOT / "docs")
-    prog_dir = None if a.progress_dir == "none" or (a.quick and not a.progress_dir) else \
-        Path(a.progress_dir) if a.progress_dir else (Path(a.out) if a.out else ROOT / "runs/lifelong_vln") / "progress"
+    if a.progress_dir:
+        prog_dir = None if a.progress_dir == "none" else Path(a.progress_dir)
+    else:  # quick runs keep no progress unless asked
+        prog_dir = None if a.quick else (Path(a.out) if a.out else ROOT / "runs/lifelong_vln") / "progress"
     try:  # before the task data: a run that cannot go on says so at once
         prog = progress_files(prog_dir, {m: resume_identity(m, cfg, tasks, unseen) for m in cfg.methods}, a.resume)
     except ResumeError as exc:

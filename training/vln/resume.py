@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agents.core.config import differing_keys
+
 log = logging.getLogger(__name__)
 
 #: bumped when the file's layout changes; older files are refused with a clear error
@@ -62,7 +64,7 @@ def load_progress(path: Path, *, name: str, config: dict[str, Any], tasks: list[
         raise ResumeError(f"{path}: progress of method {state['method_name']!r}, not {name!r}")
     if state["tasks"] != list(tasks):
         raise ResumeError(f"{path}: task order {state['tasks']} differs from this run's {list(tasks)}")
-    diff = sorted(k for k in set(config) | set(state["config"]) if config.get(k) != state["config"].get(k))
+    diff = differing_keys(state["config"], config)
     if diff:
         shown = ", ".join(f"{k}: {state['config'].get(k)!r} -> {config.get(k)!r}" for k in diff)
         raise ResumeError(f"{path}: written under another configuration ({shown})")
