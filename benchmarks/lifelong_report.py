@@ -1,6 +1,7 @@
 """Helpers shared by the lifelong-VLN report scripts (``lifelong_vln.py`` and ``scripts/lifelong_pool.py``): JSON
-cleaning, the binomial standard error of an average SR, and reading older reports (references, config defaults).
-Light to import: the project's training code loads only when a config needs its defaults."""
+cleaning, the binomial standard error of an average SR and the paired one of a difference, and reading older
+reports (references, config defaults). Light to import: the project's training code loads only when a config needs
+its defaults."""
 
 from __future__ import annotations
 
@@ -24,6 +25,23 @@ def clean_json(x: Any) -> Any:
 def sr_se(srs: list[float], n: int) -> float:
     """Standard error of the mean of per-task success rates, each over ``n`` held-out episodes (binomial)."""
     return math.sqrt(sum(p * (1 - p) / n for p in srs)) / max(len(srs), 1)
+
+
+def paired_diff(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
+    """(difference of the average SRs, its standard error) of two policies on the same held-out episodes: per task,
+    each episode's outcome (0/1) under ``a`` and under ``b``, in the same episode order. The average SR is the mean
+    over tasks of each task's SR; the SE is that of the mean of per-episode differences, task by task (sample
+    variance), so episodes both solve or both fail add no noise, unlike the unpaired :func:`sr_se` of each side."""
+    if len(a) != len(b) or not a or any(len(x) != len(y) or len(x) < 2 for x, y in zip(a, b)):
+        raise ValueError(f"paired outcomes need the same tasks and episodes (>= 2 each) on both sides, got "
+                         f"{[len(x) for x in a]} and {[len(y) for y in b]}")
+    diffs, var = [], 0.0
+    for x, y in zip(a, b):
+        d = [int(u) - int(v) for u, v in zip(x, y)]
+        m = sum(d) / len(d)
+        diffs.append(m)
+        var += sum((v - m) ** 2 for v in d) / (len(d) - 1) / len(d)
+    return sum(diffs) / len(diffs), math.sqrt(var) / len(diffs)
 
 
 def report_references(report: dict) -> dict:

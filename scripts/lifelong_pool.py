@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Pool ``benchmarks/lifelong_vln.py`` reports over task orders: per method, the average SR over every task of
 every order with its binomial standard error, F-SR per order, and each method's lead over a reference method on
-the orders both ran, in standard errors of the difference.
+the orders both ran, in standard errors of the difference. Where both reports kept each held-out episode's outcome
+(``final_success``, reports since 2026-12-07), the difference's SE is paired (same episodes on both sides);
+otherwise it is the unpaired one from each side's binomial SE.
 
 Reports must share the protocol (base, scenes, conditions, episodes, steps, ...); they may differ in the task
 order and in method settings (a method run with other settings, e.g. TuKA's ``routing_memory``, is its own row).
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from lifelong_report import (  # noqa: E402
     clean_json,
     config_with_defaults,
+    paired_diff,
     protocol_differences,
     report_references,
     sr_se,
@@ -49,6 +52,8 @@ class Row:
     name: str
     final_sr: dict[int, list[float]] = field(default_factory=dict)
     forgetting: dict[int, float | None] = field(default_factory=dict)
+    #: per order, each task's held-out episode outcomes after the last task (absent in older reports)
+    success: dict[int, list[list[int]]] = field(default_factory=dict)
 
 
 def _variants(entries: list[tuple[str, dict]]) -> list[str]:
@@ -94,7 +99,34 @@ def load(paths: list[str]) -> tuple[dict[str, Row], dict[int, list[float]], int,
             row.forgetting[order] = res["forgetting"]["sr"]["relative"]
         except (KeyError, TypeError, IndexError) as exc:
             raise ValueError(f"{path}: {name} has no complete final SR row and F-SR ({exc!r})") from None
+        if res.get("final_success") is not None:
+            row.success[order] = _outcomes(path, name, res["final_success"], row.final_sr[order])
     return rows, base, int(first["eval_per_task"]), first
+
+
+def _outcomes(path: str, name: str, success: list, final_sr: list[float]) -> list[list[int]]:
+    """A report's per-episode outcomes, checked against its final SR row (each task's mean must be its SR)."""
+    try:
+        out = [[int(v) for v in task] for task in success]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {name}'s final_success is not lists of 0/1 per task ({exc!r})") from None
+    if len(out) != len(final_sr) or any(not t or set(t) - {0, 1} or abs(sum(t) / len(t) - sr) > 1e-9
+                                        for t, sr in zip(out, final_sr)):
+        raise ValueError(f"{path}: {name}'s final_success does not match its final SR row")
+    return out
+
+
+def lead(row: Row, ref: Row, orders: list[int], n_eval: int) -> dict:
+    """``row``'s average SR minus ``ref``'s on ``orders``, with the paired SE when both kept every episode's outcome
+    on those orders (same episodes), else the unpaired one."""
+    a = [p for o in orders for p in row.final_sr[o]]
+    b = [p for o in orders for p in ref.final_sr[o]]
+    paired = all(o in row.success and o in ref.success for o in orders)
+    if paired:
+        d, se = paired_diff([t for o in orders for t in row.success[o]], [t for o in orders for t in ref.success[o]])
+    else:
+        d, se = sum(a) / len(a) - sum(b) / len(b), math.hypot(sr_se(a, n_eval), sr_se(b, n_eval))
+    return {"orders": orders, "diff": d, "se": se, "z": d / se if se > 0 else None, "paired": paired}
 
 
 def summarise(rows: dict[str, Row], base: dict[int, list[float]], n_eval: int, reference: str | None) -> dict:
@@ -117,10 +149,7 @@ def summarise(rows: dict[str, Row], base: dict[int, list[float]], n_eval: int, r
                  "f_sr": sum(f) / len(f) if f else None}
         shared = [o for o in orders if ref is not None and o in ref.final_sr]
         if ref is not None and row is not ref and shared:
-            a = [p for o in shared for p in row.final_sr[o]]
-            b = [p for o in shared for p in ref.final_sr[o]]
-            d, se = sum(a) / len(a) - sum(b) / len(b), math.hypot(sr_se(a, n_eval), sr_se(b, n_eval))
-            entry["vs_reference"] = {"orders": shared, "diff": d, "se": se, "z": d / se if se > 0 else None}
+            entry["vs_reference"] = lead(row, ref, shared, n_eval)
         out["methods"][name] = entry
     order = sorted(out["methods"], key=lambda n: (n != reference, n))  # the reference first, then by name
     out["methods"] = {n: out["methods"][n] for n in order}
@@ -137,9 +166,9 @@ def table(s: dict) -> str:
         f = "-" if e["f_sr"] is None else f"{e['f_sr']:.2f}"
         v = e.get("vs_reference")
         z = "n/a" if v is None or v["z"] is None else f"{v['z']:+.1f}"
-        lead = "reference" if name == s["reference"] else "-" if v is None else (
-            f"{v['diff']:+.2f} ± {v['se']:.2f} ({z} SE) on {v['orders']}")
-        lines.append(f"| {name} | {e['orders']} | {e['tasks']} | {e['sr']:.2f} ± {e['se']:.2f} | {fs} | {f} | {lead} |")
+        cell = "reference" if name == s["reference"] else "-" if v is None else (
+            f"{v['diff']:+.2f} ± {v['se']:.2f} ({z} SE{', paired' if v.get('paired') else ''}) on {v['orders']}")
+        lines.append(f"| {name} | {e['orders']} | {e['tasks']} | {e['sr']:.2f} ± {e['se']:.2f} | {fs} | {f} | {cell} |")
     if s["base"]:
         b = s["base"]
         lines.append(f"| base, no adaptation | {b['orders']} | | {b['sr']:.2f} ± {b['se']:.2f} | | | |")

@@ -91,12 +91,18 @@ def test_run_method_scores_each_task_with_its_own_adapter(setup) -> None:
     assert loss[1, 0] == pytest.approx(loss[0, 0], rel=1e-6) and acc[1, 0] == acc[0, 0]
     assert oracle["forgetting"]["token_acc"] in (0.0, None) and oracle["forgetting"]["loss_rise"] == pytest.approx(
         0.0, abs=1e-5)
-    seq = run_method("seq_lora", cfg, base_dir, tasks, [], data)["offline"]
+    whole = run_method("seq_lora", cfg, base_dir, tasks, [], data)
+    # every held-out episode's outcome after the last task, in task order: what a paired comparison needs
+    assert [len(s) for s in whole["final_success"]] == [len(data[t.index].eval_episodes) for t in tasks]
+    assert [float(np.mean(s)) for s in whole["final_success"]] == pytest.approx(whole["final"]["sr"], abs=1e-12)
+    assert whole["unseen_success"] == []
+    seq = whole["offline"]
     seq_loss = np.array(seq["matrices"]["loss"], dtype=float)
     assert seq_loss[1, 0] != pytest.approx(seq_loss[0, 0], rel=1e-6)  # one adapter: task 1 moved task 0's figures
     assert seq["avg"]["loss"] == pytest.approx(float(np.mean(seq_loss[1])))
     base = evaluate_base(cfg, base_dir, tasks, data)
-    assert all({"token_acc", "loss", "sr"} <= set(base[t.name]) for t in tasks)
+    assert all({"token_acc", "loss", "sr", "success"} <= set(base[t.name]) for t in tasks)
+    assert all(float(np.mean(base[t.name]["success"])) == pytest.approx(base[t.name]["sr"]) for t in tasks)
     off = run_method("seq_lora", _cfg(cfg.base, offline_samples=0), base_dir, tasks, [], data)
     assert off["offline"] is None
 

@@ -92,3 +92,56 @@ def test_a_report_without_a_final_sr_row_is_refused_by_name(tmp_path, capsys):
     b = _report(tmp_path / "b.json", 2, {"seq_lora": [1.0] * 4, "ewc_lora": [1.0] * 4}, [0.2] * 4)
     assert pool.main([b]) == 0
     assert "+0.00 ± 0.00 (n/a SE) on [2]" in capsys.readouterr().out
+
+
+def _with_outcomes(path: str, outcomes: dict[str, list[list[int]]]) -> str:
+    """Add per-episode outcomes to a report written by ``_report`` (final SRs set from them)."""
+    rep = json.loads(Path(path).read_text())
+    for method, tasks in outcomes.items():
+        rep["results"][method]["final_success"] = tasks
+        rep["results"][method]["matrices"]["sr"][-1] = [sum(t) / len(t) for t in tasks]
+    Path(path).write_text(json.dumps(rep))
+    return path
+
+
+def test_paired_diff_by_hand_and_against_the_unpaired_se():
+    from lifelong_report import paired_diff, sr_se
+
+    d, se = paired_diff([[1, 1, 0, 0]], [[1, 0, 0, 0]])  # differences 0, 1, 0, 0
+    assert d == pytest.approx(0.25) and se == pytest.approx(math.sqrt(0.25 / 4))
+    assert paired_diff([[1, 0, 1], [0, 0, 1]], [[1, 0, 1], [0, 0, 1]]) == (0.0, 0.0)
+    # two policies that solve nearly the same episodes: the paired SE is far below the unpaired one
+    a = [[1] * 10 + [0] * 20, [1] * 15 + [0] * 15]
+    b = [[1] * 8 + [0] * 22, [1] * 12 + [0] * 18]
+    d, se = paired_diff(a, b)
+    assert d == pytest.approx((2 / 30 + 3 / 30) / 2)
+    assert se < 0.5 * math.hypot(sr_se([1 / 3, 0.5], 30), sr_se([8 / 30, 0.4], 30))
+    with pytest.raises(ValueError, match="same tasks and episodes"):
+        paired_diff([[1, 0]], [[1, 0, 1]])
+
+
+def test_the_lead_is_paired_where_both_reports_kept_every_episode(tmp_path, capsys):
+    n = 30
+    seq = [[1] * 6 + [0] * 24, [1] * 9 + [0] * 21, [1] * 3 + [0] * 27, [1] * 12 + [0] * 18]
+    tuka = [[1] * 9 + [0] * 21, [1] * 12 + [0] * 18, [1] * 3 + [1] + [0] * 26, [1] * 15 + [0] * 15]
+    a = _with_outcomes(_report(tmp_path / "a.json", 1, {"seq_lora": [0.0] * 4}, [0.2] * 4), {"seq_lora": seq})
+    b = _with_outcomes(_report(tmp_path / "b.json", 1, {"tuka_dkil": [0.0] * 4}, [0.2] * 4), {"tuka_dkil": tuka})
+    c = _report(tmp_path / "c.json", 2, {"seq_lora": [0.2] * 4, "tuka_dkil": [0.4] * 4}, [0.2] * 4)
+    assert pool.main([a, b, "--out", str(tmp_path / "one")]) == 0
+    lead = json.loads((tmp_path / "one" / "lifelong_pool.json").read_text())["methods"]["tuka_dkil"]["vs_reference"]
+    diffs = [[x - y for x, y in zip(t, s)] for t, s in zip(tuka, seq)]
+    var = sum(sum((v - sum(d) / n) ** 2 for v in d) / (n - 1) / n for d in diffs)
+    assert lead["paired"] is True and lead["diff"] == pytest.approx((3 + 3 + 1 + 3) / 30 / 4)
+    assert lead["se"] == pytest.approx(math.sqrt(var) / 4) and lead["z"] == pytest.approx(lead["diff"] / lead["se"])
+    assert "SE, paired) on [1]" in capsys.readouterr().out
+    # order 2's report kept no outcomes: a lead over orders 1 and 2 falls back to the unpaired SE
+    assert pool.main([a, b, c, "--out", str(tmp_path / "two")]) == 0
+    lead = json.loads((tmp_path / "two" / "lifelong_pool.json").read_text())["methods"]["tuka_dkil"]["vs_reference"]
+    assert lead["paired"] is False and lead["orders"] == [1, 2]
+    # outcomes that do not give the report's own final SR are refused by name
+    rep = json.loads(Path(a).read_text())
+    rep["results"]["seq_lora"]["matrices"]["sr"][-1][0] = 0.5
+    Path(a).write_text(json.dumps(rep))
+    with pytest.raises(SystemExit):
+        pool.main([a, b])
+    assert f"{a}: seq_lora's final_success does not match its final SR row" in capsys.readouterr().err

@@ -35,6 +35,7 @@ def _same(a, b) -> None:
                                   np.array(b["offline"]["matrices"]["loss"], float))
     assert a["forgetting"] == b["forgetting"] and a["adapter_params"] == b["adapter_params"]
     assert a["oracle_route"] == b["oracle_route"] and a["diagnostics"] == b["diagnostics"]
+    assert a["final_success"] == b["final_success"] and len(a["final_success"]) == len(a["final"]["sr"])
 
 
 @pytest.mark.parametrize("name", ["oracle_multi_lora", "tuka_dkil"])

@@ -215,9 +215,10 @@ def prepare_data(cfg: LifelongConfig, tasks: list[Task], progress: bool = False)
 
 
 def evaluate_task(method: Any, cfg: LifelongConfig, data: TaskData, expected_route: tuple[int | None, int | None]
-                  | None = None, oracle: bool = False) -> dict[str, float]:
-    """SR / SPL / OSR (and routing accuracy for routed methods) of ``method`` on the task's held-out episodes;
-    ``oracle``: with the task's own adapter/experts, chosen by its true id (no routing)."""
+                  | None = None, oracle: bool = False) -> dict[str, Any]:
+    """SR / SPL / OSR / NE (and routing accuracy for routed methods) of ``method`` on the task's held-out episodes,
+    plus ``success``: each episode's outcome (0/1, in episode order), so that two methods on the same episodes can be
+    compared pairwise; ``oracle``: with the task's own adapter/experts, chosen by its true id (no routing)."""
     from sim import metrics
     from sim.nav.evaluate import run_episode
 
@@ -232,7 +233,8 @@ def evaluate_task(method: Any, cfg: LifelongConfig, data: TaskData, expected_rou
     finally:
         env.close()
     agg = metrics.aggregate(rows)
-    out = {k: float(agg[k]) for k in ("sr", "spl", "osr", "ne")}
+    out: dict[str, Any] = {k: float(agg[k]) for k in ("sr", "spl", "osr", "ne")}
+    out["success"] = [int(r["sr"] > 0) for r in rows]
     if routes:
         out.update(routing_accuracy(routes, expected_route))
     return out
@@ -324,6 +326,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
     bundle = method.bundle
     vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size, agent_cfg)
     routing: dict[str, list[float]] = {key: [] for key in ROUTING_KEYS}
+    final_success: list[list[int]] = []  # per task, each held-out episode's outcome after the last task
     for k in tqdm(range(start, T), desc=name, disable=not progress, initial=start, total=T):
         task = tasks[k]
         d = data[task.index]
@@ -348,6 +351,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
                 mats[key][k, j] = m[key]
             if k == T - 1:
                 add_routing(routing, m)
+                final_success.append(m["success"])
         if cfg.offline_samples:  # every learnt task, with its own adapter/experts
             for j in range(k + 1):
                 method.select_task(tasks[j])
@@ -378,6 +382,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
     result = {
         "served_parity": parity,
         "method": name, "matrices": {k: v.tolist() for k, v in mats.items()}, "final": final,
+        "final_success": final_success, "unseen_success": [m["success"] for m in unseen_m],
         "avg": {k: float(np.mean(v)) for k, v in final.items()},
         "forgetting": {k: forgetting(mats[k]) for k in mats},
         "offline": summarise(offline) if cfg.offline_samples else None,
