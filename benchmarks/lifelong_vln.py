@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         run_method,
     )
     from training.vln.navigator import base_navigator
-    from training.vln.resume import ResumeError, progress_files, remove_progress
+    from training.vln.resume import DirLock, ResumeError, progress_files, remove_progress
 
     torch.set_num_threads(max(1, a.threads))
     os.chdir(ROOT)
@@ -351,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     else:  # quick runs keep no progress unless asked
         prog_dir = None if a.quick else (Path(a.out) if a.out else ROOT / "runs/lifelong_vln") / "progress"
     try:  # before the task data: a run that cannot go on says so at once
+        lock = DirLock(prog_dir) if prog_dir is not None else None  # held until the report is written
         prog = progress_files(prog_dir, {m: resume_identity(m, cfg, tasks, unseen) for m in cfg.methods}, a.resume)
     except ResumeError as exc:
         p.error(str(exc))
@@ -377,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     for f in prog.values():  # the report holds every result now
         if f is not None:
             remove_progress(f)
+    if lock is not None:
+        lock.release()
     md = report_md(results, tasks, unseen, references, cfg.eval_per_task, cfg.blind_forward_steps)
     (out / "lifelong_vln.md").write_text(md + "\n")
     if results:

@@ -63,3 +63,12 @@ def test_quick_benchmark_never_overwrites_progress_and_refuses_a_corrupt_one(tmp
     resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert resumed.returncode == 2 and "not a readable lifelong progress file" in resumed.stderr
     assert stray.read_bytes() == b"junk" and not (tmp_path / "lifelong_vln.json").exists()
+    from training.vln.resume import DirLock
+
+    lock = DirLock(stray.parent)  # a run already working in that directory
+    try:
+        busy = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    finally:
+        lock.release()
+    assert busy.returncode == 2 and "in use by another lifelong run" in busy.stderr
+    assert stray.read_bytes() == b"junk"

@@ -116,3 +116,33 @@ def test_progress_files_need_a_directory_to_resume_and_removal_takes_a_half_writ
     (tmp_path / "seq_lora.pt.tmp").write_bytes(b"x")
     remove_progress(tmp_path / "seq_lora.pt")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_progress_directory_is_locked_by_one_run_at_a_time(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from training.vln.resume import DirLock, ResumeError
+
+    root = str(Path(__file__).resolve().parents[2])
+    holder = subprocess.Popen(  # another process holds the directory until its stdin closes
+        [sys.executable, "-c", "import sys; from training.vln.resume import DirLock; "
+         f"lock = DirLock({str(tmp_path)!r}); print('held', flush=True); sys.stdin.read(); lock.release()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=root,
+        env={**os.environ, "PYTHONPATH": root})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ResumeError, match=rf"in use by another lifelong run \(pid {holder.pid}\)"):
+            DirLock(tmp_path)
+    finally:
+        holder.communicate("", timeout=60)
+    assert holder.returncode == 0 and not (tmp_path / ".lock").exists()  # released and removed
+    mine = DirLock(tmp_path)  # free again; and a second lock in the same process is refused too
+    with pytest.raises(ResumeError, match=rf"pid {os.getpid()}"):
+        DirLock(tmp_path)
+    mine.release()
+    mine.release()  # idempotent
+    DirLock(tmp_path).release()
+    assert not list(tmp_path.iterdir())

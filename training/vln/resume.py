@@ -4,8 +4,9 @@ A progress file holds the method object (model with its adapters or experts, pen
 matrices so far, the torch RNG state and the run's configuration and task order. ``run_method`` writes one after
 every task when given a path, replaces it by the finished result at the end, and goes on from it (or returns the
 result) on the next call with the same path; resuming reproduces the uninterrupted run exactly. The benchmark
-removes the files once its report is written. The file is a pickle (``torch.load(weights_only=False)``): resume
-only from files you wrote.
+removes the files once its report is written, and holds :class:`DirLock` on the directory meanwhile, so a second run
+given the same directory stops at once instead of writing over the first one's files. The file is a pickle
+(``torch.load(weights_only=False)``): resume only from files you wrote.
 """
 
 from __future__ import annotations
@@ -92,6 +93,39 @@ def progress_files(directory: Path | None, identities: dict[str, dict[str, Any]]
         if resume:
             load_progress(f, **identities[m])
     return files
+
+
+class DirLock:
+    """An exclusive lock on a progress directory (``DIR/.lock``, holding the owner's pid) for one run's lifetime.
+
+    Taken at construction; a directory another process (or another ``DirLock`` in this one) holds raises
+    :class:`ResumeError` naming that pid. The OS drops the lock if the process dies; :meth:`release` also deletes
+    the lock file. POSIX ``flock``, so a lock is only as good as the file system's (local disks: fine)."""
+
+    def __init__(self, directory: Path) -> None:
+        import fcntl
+
+        self.path = Path(directory) / ".lock"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a+")  # noqa: SIM115 - held open until release()
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fh.seek(0)
+            owner = self._fh.read().strip() or "?"
+            self._fh.close()
+            raise ResumeError(f"{self.path.parent}: in use by another lifelong run (pid {owner}); give each run its "
+                              f"own --progress-dir") from None
+        self._fh.truncate(0)
+        self._fh.write(str(os.getpid()))
+        self._fh.flush()
+
+    def release(self) -> None:
+        """Delete the lock file and drop the lock (idempotent)."""
+        if self._fh.closed:
+            return
+        self.path.unlink(missing_ok=True)
+        self._fh.close()  # closing the last descriptor drops the flock
 
 
 def remove_progress(path: Path) -> None:
