@@ -118,12 +118,15 @@ def _outcomes(path: str, name: str, success: list, final_sr: list[float]) -> lis
 
 def lead(row: Row, ref: Row, orders: list[int], n_eval: int) -> dict:
     """``row``'s average SR minus ``ref``'s on ``orders``, with the paired SE when both kept every episode's outcome
-    on those orders (same episodes), else the unpaired one."""
+    on those orders (same episodes, at least two per task for a sample variance), else the unpaired one."""
     a = [p for o in orders for p in row.final_sr[o]]
     b = [p for o in orders for p in ref.final_sr[o]]
     paired = all(o in row.success and o in ref.success for o in orders)
+    ea = [t for o in orders for t in row.success.get(o, [])]
+    eb = [t for o in orders for t in ref.success.get(o, [])]
+    paired = paired and len(ea) == len(eb) and all(len(x) == len(y) >= 2 for x, y in zip(ea, eb))
     if paired:
-        d, se = paired_diff([t for o in orders for t in row.success[o]], [t for o in orders for t in ref.success[o]])
+        d, se = paired_diff(ea, eb)
     else:
         d, se = sum(a) / len(a) - sum(b) / len(b), math.hypot(sr_se(a, n_eval), sr_se(b, n_eval))
     return {"orders": orders, "diff": d, "se": se, "z": d / se if se > 0 else None, "paired": paired}

@@ -138,6 +138,13 @@ def test_the_lead_is_paired_where_both_reports_kept_every_episode(tmp_path, caps
     assert pool.main([a, b, c, "--out", str(tmp_path / "two")]) == 0
     lead = json.loads((tmp_path / "two" / "lifelong_pool.json").read_text())["methods"]["tuka_dkil"]["vs_reference"]
     assert lead["paired"] is False and lead["orders"] == [1, 2]
+    # one episode per task (quick runs) has no sample variance: unpaired, not an error
+    one = [[1], [0], [1], [0]]
+    e = _with_outcomes(_report(tmp_path / "e.json", 3, {"seq_lora": [0.0] * 4, "tuka_dkil": [0.0] * 4}, [0.2] * 4),
+                       {"seq_lora": one, "tuka_dkil": one[::-1]})
+    assert pool.main([e, "--out", str(tmp_path / "three")]) == 0
+    lead = json.loads((tmp_path / "three" / "lifelong_pool.json").read_text())["methods"]["tuka_dkil"]["vs_reference"]
+    assert lead["paired"] is False and lead["diff"] == 0.0
     # outcomes that do not give the report's own final SR are refused by name
     rep = json.loads(Path(a).read_text())
     rep["results"]["seq_lora"]["matrices"]["sr"][-1][0] = 0.5
