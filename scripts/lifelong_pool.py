@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """Pool ``benchmarks/lifelong_vln.py`` reports over task orders: per method, the average SR over every task of
 every order with its binomial standard error, F-SR per order, and each method's lead over a reference method on
-the orders both ran, in standard errors of the difference. Where both reports kept each held-out episode's outcome
-(``final_success``, reports since 2026-12-07), the difference's SE is paired (same episodes on both sides);
-otherwise it is the unpaired one from each side's binomial SE.
+the orders both ran and over the un-adapted base navigator, in standard errors of the difference. Where both
+sides kept each held-out episode's outcome (``final_success`` and the references' ``success``, reports since
+2026-12-07), the difference's SE is paired (same episodes on both sides); otherwise it is the unpaired one from
+each side's binomial SE.
 
 Reports must share the protocol (base, scenes, conditions, episodes, steps, ...); they may differ in the task
 order and in method settings (a method run with other settings, e.g. TuKA's ``routing_memory``, is its own row).
@@ -67,13 +68,14 @@ def _variants(entries: list[tuple[str, dict]]) -> list[str]:
     return names
 
 
-def load(paths: list[str]) -> tuple[dict[str, Row], dict[int, list[float]], int, dict]:
-    """Rows by variant, the base navigator's per-task SR by order, episodes per task and the shared protocol."""
+def load(paths: list[str]) -> tuple[dict[str, Row], Row, int, dict]:
+    """Rows by variant, the base navigator's (per-task SR and episode outcomes by order; no forgetting), episodes
+    per task and the shared protocol."""
     from agents.core.io import read_json_object
 
     reports = [read_json_object(p, required=("tasks", "config", "results")) for p in paths]
     first = config_with_defaults(reports[0]["config"])
-    base: dict[int, list[float]] = {}
+    base = Row("base")
     tasks_by_order: dict[int, list[str]] = {}
     found = []  # (path, order, method, config, result)
     for path, rep in zip(paths, reports):
@@ -86,8 +88,14 @@ def load(paths: list[str]) -> tuple[dict[str, Row], dict[int, list[float]], int,
         if tasks_by_order.setdefault(order, rep["tasks"]) != rep["tasks"]:
             raise ValueError(f"{path}: order {order} has another task sequence than an earlier report")
         refs = report_references(rep)
-        if "base" in refs:
-            base[order] = [float(refs["base"][t]["sr"]) for t in rep["tasks"]]
+        if "base" in refs:  # the same episodes in every report of an order: the first one's, preferring outcomes
+            srs = [float(refs["base"][t]["sr"]) for t in rep["tasks"]]
+            outs = _outcomes(path, "base", [refs["base"][t]["success"] for t in rep["tasks"]], srs) if all(
+                "success" in refs["base"][t] for t in rep["tasks"]) else None
+            if order not in base.final_sr or (outs is not None and order not in base.success):
+                base.final_sr[order] = srs
+                if outs is not None:
+                    base.success[order] = outs
         found += [(path, order, method, cfg, res) for method, res in rep["results"].items()]
     rows: dict[str, Row] = {}
     for (path, order, _, _, res), name in zip(found, _variants([(m, c) for _, _, m, c, _ in found])):
@@ -132,13 +140,14 @@ def lead(row: Row, ref: Row, orders: list[int], n_eval: int) -> dict:
     return {"orders": orders, "diff": d, "se": se, "z": d / se if se > 0 else None, "paired": paired}
 
 
-def summarise(rows: dict[str, Row], base: dict[int, list[float]], n_eval: int, reference: str | None) -> dict:
-    """Pooled SR and SE per variant and, against ``reference``, the lead on shared orders in SEs of the difference."""
+def summarise(rows: dict[str, Row], base: Row, n_eval: int, reference: str | None) -> dict:
+    """Pooled SR and SE per variant and, against ``reference`` and against the un-adapted base, the lead on shared
+    orders in SEs of the difference."""
     out: dict = {"n_eval": n_eval, "methods": {}, "base": None}
-    if base:
-        srs = [p for o in sorted(base) for p in base[o]]
-        out["base"] = {"orders": sorted(base), "sr": sum(srs) / len(srs), "se": sr_se(srs, n_eval),
-                       "sr_by_order": {o: sum(base[o]) / len(base[o]) for o in sorted(base)}}
+    if base.final_sr:
+        srs = [p for o in sorted(base.final_sr) for p in base.final_sr[o]]
+        out["base"] = {"orders": sorted(base.final_sr), "sr": sum(srs) / len(srs), "se": sr_se(srs, n_eval),
+                       "sr_by_order": {o: sum(v) / len(v) for o, v in sorted(base.final_sr.items())}}
     ref = rows.get(reference) if reference else None
     if reference and ref is None:
         raise ValueError(f"--reference {reference!r} is not one of {sorted(rows)}")
@@ -153,6 +162,9 @@ def summarise(rows: dict[str, Row], base: dict[int, list[float]], n_eval: int, r
         shared = [o for o in orders if ref is not None and o in ref.final_sr]
         if ref is not None and row is not ref and shared:
             entry["vs_reference"] = lead(row, ref, shared, n_eval)
+        with_base = [o for o in orders if o in base.final_sr]
+        if with_base:
+            entry["vs_base"] = lead(row, base, with_base, n_eval)
         out["methods"][name] = entry
     order = sorted(out["methods"], key=lambda n: (n != reference, n))  # the reference first, then by name
     out["methods"] = {n: out["methods"][n] for n in order}
@@ -162,19 +174,24 @@ def summarise(rows: dict[str, Row], base: dict[int, list[float]], n_eval: int, r
 
 def table(s: dict) -> str:
     """The pooled table in markdown."""
-    lines = ["| method | orders | tasks | avg SR ± SE | F-SR by order | mean F-SR | lead over the reference |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| method | orders | tasks | avg SR ± SE | F-SR by order | mean F-SR | lead over the reference | "
+             "lead over the base |", "|---|---|---|---|---|---|---|---|"]
+
+    def cell(v: dict | None) -> str:
+        if v is None:
+            return "-"
+        z = "n/a" if v["z"] is None else f"{v['z']:+.1f}"
+        return f"{v['diff']:+.2f} ± {v['se']:.2f} ({z} SE{', paired' if v.get('paired') else ''}) on {v['orders']}"
+
     for name, e in s["methods"].items():
         fs = ", ".join("-" if v is None else f"{v:.2f}" for v in e["f_sr_by_order"].values())
         f = "-" if e["f_sr"] is None else f"{e['f_sr']:.2f}"
-        v = e.get("vs_reference")
-        z = "n/a" if v is None or v["z"] is None else f"{v['z']:+.1f}"
-        cell = "reference" if name == s["reference"] else "-" if v is None else (
-            f"{v['diff']:+.2f} ± {v['se']:.2f} ({z} SE{', paired' if v.get('paired') else ''}) on {v['orders']}")
-        lines.append(f"| {name} | {e['orders']} | {e['tasks']} | {e['sr']:.2f} ± {e['se']:.2f} | {fs} | {f} | {cell} |")
+        ref = "reference" if name == s["reference"] else cell(e.get("vs_reference"))
+        lines.append(f"| {name} | {e['orders']} | {e['tasks']} | {e['sr']:.2f} ± {e['se']:.2f} | {fs} | {f} | {ref} | "
+                     f"{cell(e.get('vs_base'))} |")
     if s["base"]:
         b = s["base"]
-        lines.append(f"| base, no adaptation | {b['orders']} | | {b['sr']:.2f} ± {b['se']:.2f} | | | |")
+        lines.append(f"| base, no adaptation | {b['orders']} | | {b['sr']:.2f} ± {b['se']:.2f} | | | | |")
     return "\n".join(lines)
 
 

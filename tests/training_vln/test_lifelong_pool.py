@@ -55,6 +55,12 @@ def test_pooled_sr_se_and_lead_on_shared_orders(tmp_path, capsys):
     assert "vs_reference" not in q
     assert t["f_sr_by_order"] == {"1": pytest.approx(1 - 0.5 / 0.7), "2": pytest.approx(1 - 0.6 / 0.8)}
     assert s["base"]["sr"] == pytest.approx(0.3) and s["base"]["sr_by_order"] == {"1": 0.2, "2": 0.4}
+    # every row against the un-adapted base on its own orders (unpaired: these reports kept no outcomes)
+    vb = t["vs_base"]
+    assert vb["orders"] == [1, 2] and vb["paired"] is False
+    assert vb["diff"] == pytest.approx(sum(tuka1 + tuka2) / 8 - 0.3)
+    assert vb["se"] == pytest.approx(math.hypot(se(tuka1 + tuka2), se([0.2] * 4 + [0.4] * 4)))
+    assert m["vs_base"]["orders"] == [1] and m["vs_base"]["diff"] == pytest.approx(0.5)
 
 
 def test_reports_from_another_protocol_or_twice_are_refused(tmp_path, capsys):
@@ -94,12 +100,14 @@ def test_a_report_without_a_final_sr_row_is_refused_by_name(tmp_path, capsys):
     assert "+0.00 ± 0.00 (n/a SE) on [2]" in capsys.readouterr().out
 
 
-def _with_outcomes(path: str, outcomes: dict[str, list[list[int]]]) -> str:
-    """Add per-episode outcomes to a report written by ``_report`` (final SRs set from them)."""
+def _with_outcomes(path: str, outcomes: dict[str, list[list[int]]], base: list[list[int]] | None = None) -> str:
+    """Add per-episode outcomes to a report written by ``_report`` (final SRs set from them), and the base's."""
     rep = json.loads(Path(path).read_text())
     for method, tasks in outcomes.items():
         rep["results"][method]["final_success"] = tasks
         rep["results"][method]["matrices"]["sr"][-1] = [sum(t) / len(t) for t in tasks]
+    for name, episodes in zip(rep["tasks"], base or []):
+        rep["references"]["base"][name] = {"sr": sum(episodes) / len(episodes), "success": episodes}
     Path(path).write_text(json.dumps(rep))
     return path
 
@@ -124,7 +132,8 @@ def test_the_lead_is_paired_where_both_reports_kept_every_episode(tmp_path, caps
     n = 30
     seq = [[1] * 6 + [0] * 24, [1] * 9 + [0] * 21, [1] * 3 + [0] * 27, [1] * 12 + [0] * 18]
     tuka = [[1] * 9 + [0] * 21, [1] * 12 + [0] * 18, [1] * 3 + [1] + [0] * 26, [1] * 15 + [0] * 15]
-    a = _with_outcomes(_report(tmp_path / "a.json", 1, {"seq_lora": [0.0] * 4}, [0.2] * 4), {"seq_lora": seq})
+    a = _with_outcomes(_report(tmp_path / "a.json", 1, {"seq_lora": [0.0] * 4}, [0.2] * 4), {"seq_lora": seq},
+                       base=seq)  # the base solves what sequential LoRA solves: paired, their difference has no noise
     b = _with_outcomes(_report(tmp_path / "b.json", 1, {"tuka_dkil": [0.0] * 4}, [0.2] * 4), {"tuka_dkil": tuka})
     c = _report(tmp_path / "c.json", 2, {"seq_lora": [0.2] * 4, "tuka_dkil": [0.4] * 4}, [0.2] * 4)
     assert pool.main([a, b, "--out", str(tmp_path / "one")]) == 0
@@ -134,6 +143,15 @@ def test_the_lead_is_paired_where_both_reports_kept_every_episode(tmp_path, caps
     assert lead["paired"] is True and lead["diff"] == pytest.approx((3 + 3 + 1 + 3) / 30 / 4)
     assert lead["se"] == pytest.approx(math.sqrt(var) / 4) and lead["z"] == pytest.approx(lead["diff"] / lead["se"])
     assert "SE, paired) on [1]" in capsys.readouterr().out
+    one_json = json.loads((tmp_path / "one" / "lifelong_pool.json").read_text())
+    assert one_json["base"]["sr"] == pytest.approx((6 + 9 + 3 + 12) / 30 / 4)  # the SRs that go with the outcomes
+    s1 = one_json["methods"]
+    assert s1["seq_lora"]["vs_base"] == {"orders": [1], "diff": 0.0, "se": 0.0, "z": None, "paired": True}
+    # b.json's base row (same order, no outcomes) does not replace a.json's, which has them
+    assert s1["tuka_dkil"]["vs_base"]["paired"] and s1["tuka_dkil"]["vs_base"]["se"] == pytest.approx(lead["se"])
+    assert pool.main([b, a, "--out", str(tmp_path / "ba")]) == 0
+    s2 = json.loads((tmp_path / "ba" / "lifelong_pool.json").read_text())["methods"]
+    assert s2["tuka_dkil"]["vs_base"] == s1["tuka_dkil"]["vs_base"]
     # order 2's report kept no outcomes: a lead over orders 1 and 2 falls back to the unpaired SE
     assert pool.main([a, b, c, "--out", str(tmp_path / "two")]) == 0
     lead = json.loads((tmp_path / "two" / "lifelong_pool.json").read_text())["methods"]["tuka_dkil"]["vs_reference"]
