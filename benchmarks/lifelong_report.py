@@ -27,21 +27,30 @@ def sr_se(srs: list[float], n: int) -> float:
     return math.sqrt(sum(p * (1 - p) / n for p in srs)) / max(len(srs), 1)
 
 
-def paired_diff(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
-    """(difference of the average SRs, its standard error) of two policies on the same held-out episodes: per task,
-    each episode's outcome (0/1) under ``a`` and under ``b``, in the same episode order. The average SR is the mean
-    over tasks of each task's SR; the SE is that of the mean of per-episode differences, task by task (sample
-    variance), so episodes both solve or both fail add no noise, unlike the unpaired :func:`sr_se` of each side."""
-    if len(a) != len(b) or not a or any(len(x) != len(y) or len(x) < 2 for x, y in zip(a, b)):
-        raise ValueError(f"paired outcomes need the same tasks and episodes (>= 2 each) on both sides, got "
+def paired_terms(a: list[list[int]], b: list[list[int]]) -> tuple[list[float], float]:
+    """Per task, the mean per-episode difference of two policies on the same held-out episodes (each episode's
+    outcome, 0/1, under ``a`` and under ``b``, in the same order), and the sum over tasks of each mean's variance
+    (the per-episode differences' variance / n, the same convention as :func:`sr_se`'s p(1 - p) / n)."""
+    if len(a) != len(b) or any(len(x) != len(y) or not x for x, y in zip(a, b)):
+        raise ValueError(f"paired outcomes need the same tasks and episodes on both sides, got "
                          f"{[len(x) for x in a]} and {[len(y) for y in b]}")
-    diffs, var = [], 0.0
+    means, var = [], 0.0
     for x, y in zip(a, b):
         d = [int(u) - int(v) for u, v in zip(x, y)]
         m = sum(d) / len(d)
-        diffs.append(m)
-        var += sum((v - m) ** 2 for v in d) / (len(d) - 1) / len(d)
-    return sum(diffs) / len(diffs), math.sqrt(var) / len(diffs)
+        means.append(m)
+        var += sum((v - m) ** 2 for v in d) / len(d) / len(d)
+    return means, var
+
+
+def paired_diff(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
+    """(difference of the average SRs, its standard error) of two policies on the same held-out episodes, per task
+    as :func:`paired_terms`. Episodes both solve or both fail add no noise, unlike the unpaired SE from
+    :func:`sr_se` of each side; against a policy that solves nothing the two are equal."""
+    means, var = paired_terms(a, b)
+    if not means:
+        raise ValueError("paired outcomes need at least one task")
+    return sum(means) / len(means), math.sqrt(var) / len(means)
 
 
 def report_references(report: dict) -> dict:

@@ -350,56 +350,60 @@ def main(argv: list[str] | None = None) -> int:
         prog_dir = None if a.progress_dir == "none" else Path(a.progress_dir)
     else:  # quick runs keep no progress unless asked
         prog_dir = None if a.quick else (Path(a.out) if a.out else ROOT / "runs/lifelong_vln") / "progress"
-    try:  # before the task data: a run that cannot go on says so at once
-        lock = DirLock(prog_dir) if prog_dir is not None else None  # held until the report is written
-        prog = progress_files(prog_dir, {m: resume_identity(m, cfg, tasks, unseen) for m in cfg.methods}, a.resume)
-    except ResumeError as exc:
-        p.error(str(exc))
-    data = prepare_data(cfg, tasks + unseen, progress=not a.quick)
-    references = {"base": evaluate_base(cfg, base_dir, tasks + unseen, data),
-                  "blind": evaluate_blind(cfg, tasks + unseen, data)}
-    out.mkdir(parents=True, exist_ok=True)
-    if not a.quick:
-        served = ROOT / a.served_dir
-    else:
-        served = out / "served" if a.out else Path(tempfile.mkdtemp(prefix="alldaywalker_served_"))
-    results = {m: run_method(m, cfg, base_dir, tasks, unseen, data, progress=not a.quick, export_dir=served,
-                             progress_file=prog[m]) for m in cfg.methods}
-    base_metrics = {c: {k: round(float(m[k]), 3) for k in ("sr", "spl", "osr", "ne")}
-                    for c, m in base_result["metrics"].items()}
-    report = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "unseen": [u.name for u in unseen],
-              "base_navigator": {"dir": str(base_dir), "metrics": base_metrics,
-                                 "numerics": base_result.get("numerics")},
-              "numerics": {**numerics_info(), "pinned": pinned}, "references": references,
-              "success_distance": cfg.base.success_distance, "physical_conditions": cfg.base.physical_conditions,
-              "results": results,
-              "seconds": round(time.time() - t0, 1)}
-    (out / "lifelong_vln.json").write_text(json.dumps(_clean(report), indent=1))
-    for f in prog.values():  # the report holds every result now
-        if f is not None:
-            remove_progress(f)
-    if lock is not None:
-        lock.release()
-    md = report_md(results, tasks, unseen, references, cfg.eval_per_task, cfg.blind_forward_steps)
-    (out / "lifelong_vln.md").write_text(md + "\n")
-    if results:
-        plot(results, tasks, out / "lifelong_vln.png")
-    print(md)
-    print(f"base navigator (after pre-training, normal light only): {json.dumps(base_metrics)}")
-    summary = {"avg_sr": {m: r["avg"]["sr"] for m, r in results.items()},
-               "forgetting": {m: r["forgetting"]["sr"]["relative"] for m, r in results.items()},
-               "offline_acc": {m: r["offline"]["avg"]["token_acc"] for m, r in results.items() if r["offline"]},
-               "offline_forgetting": {m: r["offline"]["forgetting"]["token_acc"] for m, r in results.items()
-                                      if r["offline"]},
-               "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
-               "routing_acc": results.get("tuka_dkil", {}).get("routing_acc"),
-               "routing_env_acc": results.get("tuka_dkil", {}).get("routing_env_acc"),
-               "oracle_route_sr": {m: r["oracle_route"]["avg"]["sr"] for m, r in results.items() if r["oracle_route"]},
-               "served_parity": results.get("tuka_dkil", {}).get("served_parity"),
-               "reference_avg_sr": {k: reference_avg(on, tasks) for k, on in references.items()},
-               "seconds": round(time.time() - t0, 1), "out": str(out)}
-    print(json.dumps(_clean(summary)))
-    return 0
+    lock = None
+    try:
+        try:  # before the task data: a run that cannot go on says so at once
+            lock = DirLock(prog_dir) if prog_dir is not None else None  # released when this run ends, however
+            prog = progress_files(prog_dir, {m: resume_identity(m, cfg, tasks, unseen) for m in cfg.methods}, a.resume)
+        except ResumeError as exc:
+            p.error(str(exc))
+        data = prepare_data(cfg, tasks + unseen, progress=not a.quick)
+        references = {"base": evaluate_base(cfg, base_dir, tasks + unseen, data),
+                      "blind": evaluate_blind(cfg, tasks + unseen, data)}
+        out.mkdir(parents=True, exist_ok=True)
+        if not a.quick:
+            served = ROOT / a.served_dir
+        else:
+            served = out / "served" if a.out else Path(tempfile.mkdtemp(prefix="alldaywalker_served_"))
+        results = {m: run_method(m, cfg, base_dir, tasks, unseen, data, progress=not a.quick, export_dir=served,
+                                 progress_file=prog[m]) for m in cfg.methods}
+        base_metrics = {c: {k: round(float(m[k]), 3) for k in ("sr", "spl", "osr", "ne")}
+                        for c, m in base_result["metrics"].items()}
+        report = {"config": cfg.to_dict(), "tasks": [t.name for t in tasks], "unseen": [u.name for u in unseen],
+                  "base_navigator": {"dir": str(base_dir), "metrics": base_metrics,
+                                     "numerics": base_result.get("numerics")},
+                  "numerics": {**numerics_info(), "pinned": pinned}, "references": references,
+                  "success_distance": cfg.base.success_distance, "physical_conditions": cfg.base.physical_conditions,
+                  "results": results,
+                  "seconds": round(time.time() - t0, 1)}
+        (out / "lifelong_vln.json").write_text(json.dumps(_clean(report), indent=1))
+        for f in prog.values():  # the report holds every result now
+            if f is not None:
+                remove_progress(f)
+        md = report_md(results, tasks, unseen, references, cfg.eval_per_task, cfg.blind_forward_steps)
+        (out / "lifelong_vln.md").write_text(md + "\n")
+        if results:
+            plot(results, tasks, out / "lifelong_vln.png")
+        print(md)
+        print(f"base navigator (after pre-training, normal light only): {json.dumps(base_metrics)}")
+        summary = {"avg_sr": {m: r["avg"]["sr"] for m, r in results.items()},
+                   "forgetting": {m: r["forgetting"]["sr"]["relative"] for m, r in results.items()},
+                   "offline_acc": {m: r["offline"]["avg"]["token_acc"] for m, r in results.items() if r["offline"]},
+                   "offline_forgetting": {m: r["offline"]["forgetting"]["token_acc"] for m, r in results.items()
+                                          if r["offline"]},
+                   "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
+                   "routing_acc": results.get("tuka_dkil", {}).get("routing_acc"),
+                   "routing_env_acc": results.get("tuka_dkil", {}).get("routing_env_acc"),
+                   "oracle_route_sr": {m: r["oracle_route"]["avg"]["sr"] for m, r in results.items()
+                                       if r["oracle_route"]},
+                   "served_parity": results.get("tuka_dkil", {}).get("served_parity"),
+                   "reference_avg_sr": {k: reference_avg(on, tasks) for k, on in references.items()},
+                   "seconds": round(time.time() - t0, 1), "out": str(out)}
+        print(json.dumps(_clean(summary)))
+        return 0
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Pool ``benchmarks/lifelong_vln.py`` reports over task orders: per method, the average SR over every task of
 every order with its binomial standard error, F-SR per order, and each method's lead over a reference method on
-the orders both ran and over the un-adapted base navigator, in standard errors of the difference. Where both
-sides kept each held-out episode's outcome (``final_success`` and the references' ``success``, reports since
-2026-12-07), the difference's SE is paired (same episodes on both sides); otherwise it is the unpaired one from
-each side's binomial SE.
+the orders both ran and over the un-adapted base navigator, in standard errors of the difference. On an order
+where both sides kept each held-out episode's outcome (``final_success`` and the references' ``success``, reports
+since 2026-12-07), the difference's variance is paired (same episodes on both sides); on the others it is the
+unpaired one from each side's binomial variance. Each (order, task) counts as independent of the others.
 
 Reports must share the protocol (base, scenes, conditions, episodes, steps, ...); they may differ in the task
 order and in method settings (a method run with other settings, e.g. TuKA's ``routing_memory``, is its own row).
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from lifelong_report import (  # noqa: E402
     clean_json,
     config_with_defaults,
-    paired_diff,
+    paired_terms,
     protocol_differences,
     report_references,
     sr_se,
@@ -90,7 +90,7 @@ def load(paths: list[str]) -> tuple[dict[str, Row], Row, int, dict]:
         refs = report_references(rep)
         if "base" in refs:  # the same episodes in every report of an order: the first one's, preferring outcomes
             srs = [float(refs["base"][t]["sr"]) for t in rep["tasks"]]
-            outs = _outcomes(path, "base", [refs["base"][t]["success"] for t in rep["tasks"]], srs) if all(
+            outs = _outcomes(path, "base", [refs["base"][t]["success"] for t in rep["tasks"]], srs, "success") if all(
                 "success" in refs["base"][t] for t in rep["tasks"]) else None
             if order not in base.final_sr or (outs is not None and order not in base.success):
                 base.final_sr[order] = srs
@@ -112,32 +112,37 @@ def load(paths: list[str]) -> tuple[dict[str, Row], Row, int, dict]:
     return rows, base, int(first["eval_per_task"]), first
 
 
-def _outcomes(path: str, name: str, success: list, final_sr: list[float]) -> list[list[int]]:
-    """A report's per-episode outcomes, checked against its final SR row (each task's mean must be its SR)."""
+def _outcomes(path: str, name: str, success: list, final_sr: list[float], key: str = "final_success"
+              ) -> list[list[int]]:
+    """A report's per-episode outcomes (``key``), checked against its SR row (each task's mean must be its SR)."""
     try:
         out = [[int(v) for v in task] for task in success]
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: {name}'s final_success is not lists of 0/1 per task ({exc!r})") from None
+        raise ValueError(f"{path}: {name}'s {key} is not lists of 0/1 per task ({exc!r})") from None
     if len(out) != len(final_sr) or any(not t or set(t) - {0, 1} or abs(sum(t) / len(t) - sr) > 1e-9
                                         for t, sr in zip(out, final_sr)):
-        raise ValueError(f"{path}: {name}'s final_success does not match its final SR row")
+        raise ValueError(f"{path}: {name}'s {key} does not match its final SR row")
     return out
 
 
 def lead(row: Row, ref: Row, orders: list[int], n_eval: int) -> dict:
-    """``row``'s average SR minus ``ref``'s on ``orders``, with the paired SE when both kept every episode's outcome
-    on those orders (same episodes, at least two per task for a sample variance), else the unpaired one."""
-    a = [p for o in orders for p in row.final_sr[o]]
-    b = [p for o in orders for p in ref.final_sr[o]]
-    paired = all(o in row.success and o in ref.success for o in orders)
-    ea = [t for o in orders for t in row.success.get(o, [])]
-    eb = [t for o in orders for t in ref.success.get(o, [])]
-    paired = paired and len(ea) == len(eb) and all(len(x) == len(y) >= 2 for x, y in zip(ea, eb))
-    if paired:
-        d, se = paired_diff(ea, eb)
-    else:
-        d, se = sum(a) / len(a) - sum(b) / len(b), math.hypot(sr_se(a, n_eval), sr_se(b, n_eval))
-    return {"orders": orders, "diff": d, "se": se, "z": d / se if se > 0 else None, "paired": paired}
+    """``row``'s average SR minus ``ref``'s on ``orders`` with its SE: paired on the orders where both kept every
+    episode's outcome (the same episodes), unpaired (each side's binomial variance) on the others; the orders'
+    variances add."""
+    diffs: list[float] = []
+    var, paired = 0.0, []
+    for o in orders:
+        if o in row.success and o in ref.success:
+            means, v = paired_terms(row.success[o], ref.success[o])
+            paired.append(o)
+        else:
+            means = [x - y for x, y in zip(row.final_sr[o], ref.final_sr[o])]
+            v = sum(x * (1 - x) / n_eval + y * (1 - y) / n_eval for x, y in zip(row.final_sr[o], ref.final_sr[o]))
+        diffs += means
+        var += v
+    d, se = sum(diffs) / len(diffs), math.sqrt(var) / len(diffs)
+    return {"orders": orders, "diff": d, "se": se, "z": d / se if se > 0 else None, "paired": paired == orders,
+            "paired_orders": paired}
 
 
 def summarise(rows: dict[str, Row], base: Row, n_eval: int, reference: str | None) -> dict:
@@ -181,7 +186,8 @@ def table(s: dict) -> str:
         if v is None:
             return "-"
         z = "n/a" if v["z"] is None else f"{v['z']:+.1f}"
-        return f"{v['diff']:+.2f} ± {v['se']:.2f} ({z} SE{', paired' if v.get('paired') else ''}) on {v['orders']}"
+        how = ", paired" if v.get("paired") else f", paired on {v['paired_orders']}" if v.get("paired_orders") else ""
+        return f"{v['diff']:+.2f} ± {v['se']:.2f} ({z} SE{how}) on {v['orders']}"
 
     for name, e in s["methods"].items():
         fs = ", ".join("-" if v is None else f"{v:.2f}" for v in e["f_sr_by_order"].values())

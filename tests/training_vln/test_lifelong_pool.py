@@ -115,9 +115,15 @@ def _with_outcomes(path: str, outcomes: dict[str, list[list[int]]], base: list[l
 def test_paired_diff_by_hand_and_against_the_unpaired_se():
     from lifelong_report import paired_diff, sr_se
 
-    d, se = paired_diff([[1, 1, 0, 0]], [[1, 0, 0, 0]])  # differences 0, 1, 0, 0
-    assert d == pytest.approx(0.25) and se == pytest.approx(math.sqrt(0.25 / 4))
+    d, se = paired_diff([[1, 1, 0, 0]], [[1, 0, 0, 0]])  # differences 0, 1, 0, 0: variance 3/16
+    assert d == pytest.approx(0.25) and se == pytest.approx(math.sqrt(3 / 16 / 4))
     assert paired_diff([[1, 0, 1], [0, 0, 1]], [[1, 0, 1], [0, 0, 1]]) == (0.0, 0.0)
+    # against a policy that solves nothing, pairing changes nothing: the unpaired (binomial) SE, tasks of any size
+    a = [[1] * 10 + [0] * 20, [1] * 3 + [0] * 7]
+    d, se = paired_diff(a, [[0] * 30, [0] * 10])
+    assert d == pytest.approx((1 / 3 + 0.3) / 2)
+    assert se == pytest.approx(math.sqrt((1 / 3) * (2 / 3) / 30 + 0.3 * 0.7 / 10) / 2)
+    assert se == pytest.approx(math.hypot(sr_se([1 / 3], 30), sr_se([0.3], 10)) / 2)
     # two policies that solve nearly the same episodes: the paired SE is far below the unpaired one
     a = [[1] * 10 + [0] * 20, [1] * 15 + [0] * 15]
     b = [[1] * 8 + [0] * 22, [1] * 12 + [0] * 18]
@@ -138,31 +144,29 @@ def test_the_lead_is_paired_where_both_reports_kept_every_episode(tmp_path, caps
     c = _report(tmp_path / "c.json", 2, {"seq_lora": [0.2] * 4, "tuka_dkil": [0.4] * 4}, [0.2] * 4)
     assert pool.main([a, b, "--out", str(tmp_path / "one")]) == 0
     lead = json.loads((tmp_path / "one" / "lifelong_pool.json").read_text())["methods"]["tuka_dkil"]["vs_reference"]
-    diffs = [[x - y for x, y in zip(t, s)] for t, s in zip(tuka, seq)]
-    var = sum(sum((v - sum(d) / n) ** 2 for v in d) / (n - 1) / n for d in diffs)
-    assert lead["paired"] is True and lead["diff"] == pytest.approx((3 + 3 + 1 + 3) / 30 / 4)
+    # tuka solves every episode seq solves plus 3, 3, 1, 3 more: per task the differences are 0/1 with p = k / 30
+    var = sum((k / n) * (1 - k / n) / n for k in (3, 3, 1, 3))
+    assert lead["paired"] is True and lead["paired_orders"] == [1]
+    assert lead["diff"] == pytest.approx((3 + 3 + 1 + 3) / 30 / 4)
     assert lead["se"] == pytest.approx(math.sqrt(var) / 4) and lead["z"] == pytest.approx(lead["diff"] / lead["se"])
     assert "SE, paired) on [1]" in capsys.readouterr().out
     one_json = json.loads((tmp_path / "one" / "lifelong_pool.json").read_text())
     assert one_json["base"]["sr"] == pytest.approx((6 + 9 + 3 + 12) / 30 / 4)  # the SRs that go with the outcomes
     s1 = one_json["methods"]
-    assert s1["seq_lora"]["vs_base"] == {"orders": [1], "diff": 0.0, "se": 0.0, "z": None, "paired": True}
+    assert s1["seq_lora"]["vs_base"] == {"orders": [1], "diff": 0.0, "se": 0.0, "z": None, "paired": True,
+                                         "paired_orders": [1]}
     # b.json's base row (same order, no outcomes) does not replace a.json's, which has them
     assert s1["tuka_dkil"]["vs_base"]["paired"] and s1["tuka_dkil"]["vs_base"]["se"] == pytest.approx(lead["se"])
     assert pool.main([b, a, "--out", str(tmp_path / "ba")]) == 0
     s2 = json.loads((tmp_path / "ba" / "lifelong_pool.json").read_text())["methods"]
     assert s2["tuka_dkil"]["vs_base"] == s1["tuka_dkil"]["vs_base"]
-    # order 2's report kept no outcomes: a lead over orders 1 and 2 falls back to the unpaired SE
+    # order 2's report kept no outcomes: paired on order 1, binomial on order 2, the variances added
     assert pool.main([a, b, c, "--out", str(tmp_path / "two")]) == 0
-    lead = json.loads((tmp_path / "two" / "lifelong_pool.json").read_text())["methods"]["tuka_dkil"]["vs_reference"]
-    assert lead["paired"] is False and lead["orders"] == [1, 2]
-    # one episode per task (quick runs) has no sample variance: unpaired, not an error
-    one = [[1], [0], [1], [0]]
-    e = _with_outcomes(_report(tmp_path / "e.json", 3, {"seq_lora": [0.0] * 4, "tuka_dkil": [0.0] * 4}, [0.2] * 4),
-                       {"seq_lora": one, "tuka_dkil": one[::-1]})
-    assert pool.main([e, "--out", str(tmp_path / "three")]) == 0
-    lead = json.loads((tmp_path / "three" / "lifelong_pool.json").read_text())["methods"]["tuka_dkil"]["vs_reference"]
-    assert lead["paired"] is False and lead["diff"] == 0.0
+    lead2 = json.loads((tmp_path / "two" / "lifelong_pool.json").read_text())["methods"]["tuka_dkil"]["vs_reference"]
+    assert lead2["paired"] is False and lead2["paired_orders"] == [1] and lead2["orders"] == [1, 2]
+    assert lead2["diff"] == pytest.approx((4 * lead["diff"] + 4 * 0.2) / 8)
+    assert lead2["se"] == pytest.approx(math.sqrt(var + 4 * (0.4 * 0.6 + 0.2 * 0.8) / N) / 8)
+    assert "SE, paired on [1]) on [1, 2]" in capsys.readouterr().out
     # outcomes that do not give the report's own final SR are refused by name
     rep = json.loads(Path(a).read_text())
     rep["results"]["seq_lora"]["matrices"]["sr"][-1][0] = 0.5
@@ -170,3 +174,9 @@ def test_the_lead_is_paired_where_both_reports_kept_every_episode(tmp_path, caps
     with pytest.raises(SystemExit):
         pool.main([a, b])
     assert f"{a}: seq_lora's final_success does not match its final SR row" in capsys.readouterr().err
+    rep["results"]["seq_lora"]["matrices"]["sr"][-1][0] = 0.2  # mended; now the base's outcomes go wrong
+    rep["references"]["base"][rep["tasks"][1]]["success"] = [1] * 30
+    Path(a).write_text(json.dumps(rep))
+    with pytest.raises(SystemExit):
+        pool.main([a, b])
+    assert f"{a}: base's success does not match its final SR row" in capsys.readouterr().err

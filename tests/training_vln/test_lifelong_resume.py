@@ -144,5 +144,7 @@ def test_a_progress_directory_is_locked_by_one_run_at_a_time(tmp_path):
         DirLock(tmp_path)
     mine.release()
     mine.release()  # idempotent
-    DirLock(tmp_path).release()
+    (tmp_path / ".lock").write_text("123456789")  # left by a run that died: the OS dropped its lock
+    with DirLock(tmp_path) as lock:
+        assert lock.path.read_text() == str(os.getpid())
     assert not list(tmp_path.iterdir())

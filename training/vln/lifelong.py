@@ -253,8 +253,8 @@ class _Fixed:
 
 
 def evaluate_base(cfg: LifelongConfig, base_dir: Path, tasks: list[Task], data: dict[int, TaskData]
-                  ) -> dict[str, dict[str, float]]:
-    """SR / SPL / OSR / NE of the un-adapted base navigator on every task's held-out episodes (and, with
+                  ) -> dict[str, dict[str, Any]]:
+    """:func:`evaluate_task`'s figures for the un-adapted base navigator on every task's held-out episodes (and, with
     ``cfg.offline_samples``, its token accuracy and loss on their demonstrations)."""
     from agents.vlm.bundle import load_vlm
     from agents.vln.modeling_vln import AlldayWalkerPolicy
@@ -271,7 +271,7 @@ def evaluate_base(cfg: LifelongConfig, base_dir: Path, tasks: list[Task], data: 
     return out
 
 
-def evaluate_blind(cfg: LifelongConfig, tasks: list[Task], data: dict[int, TaskData]) -> dict[str, dict[str, float]]:
+def evaluate_blind(cfg: LifelongConfig, tasks: list[Task], data: dict[int, TaskData]) -> dict[str, dict[str, Any]]:
     """The same metrics for VLN-CE's blind baseline, ``blind_forward_steps`` forward moves then stop: the floor a
     navigator must beat for its SR to come from what it sees and reads."""
     from agents.core.baselines import ForwardPolicy

@@ -99,26 +99,37 @@ class DirLock:
     """An exclusive lock on a progress directory (``DIR/.lock``, holding the owner's pid) for one run's lifetime.
 
     Taken at construction; a directory another process (or another ``DirLock`` in this one) holds raises
-    :class:`ResumeError` naming that pid. The OS drops the lock if the process dies; :meth:`release` also deletes
-    the lock file. POSIX ``flock``, so a lock is only as good as the file system's (local disks: fine)."""
+    :class:`ResumeError` naming that pid. The OS drops the lock if the process dies; :meth:`release` (or leaving a
+    ``with`` block) also deletes the lock file. A lock taken on a file that its holder deleted meanwhile is dropped
+    and taken again on the new file, so two runs never hold the same directory. POSIX ``flock``: a lock is only as
+    good as the file system's (local disks: fine)."""
 
     def __init__(self, directory: Path) -> None:
         import fcntl
 
         self.path = Path(directory) / ".lock"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a+")  # noqa: SIM115 - held open until release()
-        try:
-            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._fh.seek(0)
-            owner = self._fh.read().strip() or "?"
-            self._fh.close()
-            raise ResumeError(f"{self.path.parent}: in use by another lifelong run (pid {owner}); give each run its "
-                              f"own --progress-dir") from None
-        self._fh.truncate(0)
-        self._fh.write(str(os.getpid()))
-        self._fh.flush()
+        while True:
+            fh = open(self.path, "a+")  # noqa: SIM115 - held open until release()
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.seek(0)
+                owner = fh.read().strip() or "?"
+                fh.close()
+                raise ResumeError(f"{self.path.parent}: in use by another lifelong run (pid {owner}); give each run "
+                                  f"its own --progress-dir") from None
+            try:  # the holder may have deleted the file between our open and our lock
+                same = os.stat(self.path).st_ino == os.fstat(fh.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            fh.close()
+        self._fh = fh
+        fh.truncate(0)
+        fh.write(str(os.getpid()))
+        fh.flush()
 
     def release(self) -> None:
         """Delete the lock file and drop the lock (idempotent)."""
@@ -126,6 +137,12 @@ class DirLock:
             return
         self.path.unlink(missing_ok=True)
         self._fh.close()  # closing the last descriptor drops the flock
+
+    def __enter__(self) -> DirLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def remove_progress(path: Path) -> None:
