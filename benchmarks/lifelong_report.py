@@ -22,9 +22,14 @@ def clean_json(x: Any) -> Any:
     return x
 
 
+def binomial_var(srs: list[float], n: int) -> float:
+    """Sum over tasks of the binomial variance p (1 - p) / n of each task's success rate over ``n`` episodes."""
+    return sum(p * (1 - p) / n for p in srs)
+
+
 def sr_se(srs: list[float], n: int) -> float:
     """Standard error of the mean of per-task success rates, each over ``n`` held-out episodes (binomial)."""
-    return math.sqrt(sum(p * (1 - p) / n for p in srs)) / max(len(srs), 1)
+    return math.sqrt(binomial_var(srs, n)) / max(len(srs), 1)
 
 
 def paired_terms(a: list[list[int]], b: list[list[int]]) -> tuple[list[float], float]:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lifelong_report import (  # noqa: E402
+    binomial_var,
     clean_json,
     config_with_defaults,
     paired_terms,
@@ -137,7 +138,7 @@ def lead(row: Row, ref: Row, orders: list[int], n_eval: int) -> dict:
             paired.append(o)
         else:
             means = [x - y for x, y in zip(row.final_sr[o], ref.final_sr[o])]
-            v = sum(x * (1 - x) / n_eval + y * (1 - y) / n_eval for x, y in zip(row.final_sr[o], ref.final_sr[o]))
+            v = binomial_var(row.final_sr[o], n_eval) + binomial_var(ref.final_sr[o], n_eval)
         diffs += means
         var += v
     d, se = sum(diffs) / len(diffs), math.sqrt(var) / len(diffs)
