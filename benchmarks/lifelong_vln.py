@@ -58,14 +58,16 @@ def routing_cell(r: dict) -> str:
         return "-"
     parts = [r.get("routing_scene_acc"), r.get("routing_env_acc")]
     split = f" ({parts[0]:.2f} / {parts[1]:.2f})" if None not in parts else ""
-    return f"{r['routing_acc']:.2f}{split}"
+    by = [(part, r.get(f"routing_scene_acc_{part}"), r.get(f"routing_env_acc_{part}")) for part in ("seen", "unseen")]
+    by = [f"{part} {s:.2f} / {e:.2f}" for part, s, e in by if s is not None and e is not None]
+    return f"{r['routing_acc']:.2f}{split}" + (f"; {', '.join(by)}" if by else "")
 
 
 def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: int | None = None,
           blind_steps: int = 6) -> str:
     """Markdown: one row per method (and per reference policy that no task changes), then final SR per task."""
     head = ("| method | avg SR | avg SPL | avg OSR | F-SR (rel.) | F-SR (abs.) | unseen SR | routing acc. "
-            "(scene / env) | "
+            "(scene / env; seen tasks, unseen pairs) | "
             "adapter params | time (s) |")
     lines = [head, "|" + "---|" * 10]
     f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731

@@ -128,6 +128,8 @@ def test_tuka_is_also_scored_with_its_own_experts_without_routing(setup) -> None
     assert set(o["final"]) == {"sr", "spl", "osr"} and all(len(v) == len(tasks) for v in o["final"].values())
     assert o["avg"]["sr"] == pytest.approx(float(np.mean(o["final"]["sr"])))
     assert r["offline"]["matrices"]["token_acc"][1][0] is not None
+    for key in ("routing_acc", "routing_scene_acc", "routing_env_acc"):  # no unseen pairs: all routes are seen tasks'
+        assert r[f"{key}_seen"] == r[key] is not None and r[f"{key}_unseen"] is None
     free = r["diagnostics"]["pair_freedom"]  # night's env row starts as a copy of normal's: no room in the core
     assert len(free) == len(tasks) == 2 and free[0] == 1.0 and free[1] < 1e-3
     seq = run_method("seq_lora", cfg, base_dir, tasks, [], data)

@@ -179,7 +179,12 @@ def test_routing_cell_splits_scene_and_environment() -> None:
     r.pop("routing_env_acc")  # a report written before the split: the joint figure alone
     assert bench.routing_cell(r) == "0.25"
     md = bench.table({"tuka_dkil": {**r, "routing_env_acc": 1.0}}, [_T("S0-normal")], [])
-    assert "| 0.25 (0.50 / 1.00) |" in md and "routing acc. (scene / env)" in md
+    assert "| 0.25 (0.50 / 1.00) |" in md and "routing acc. (scene / env" in md
+    r.update(routing_env_acc=1.0, routing_scene_acc_seen=0.75, routing_env_acc_seen=1.0, routing_scene_acc_unseen=0.0,
+             routing_env_acc_unseen=0.5)  # a run with unseen pairs: the scene part on seen tasks and unseen pairs
+    assert bench.routing_cell(r) == "0.25 (0.50 / 1.00); seen 0.75 / 1.00, unseen 0.00 / 0.50"
+    r.update(routing_scene_acc_unseen=None, routing_env_acc_unseen=None)  # no unseen pairs
+    assert bench.routing_cell(r) == "0.25 (0.50 / 1.00); seen 0.75 / 1.00"
 
 
 def test_routing_accuracy_is_joint_and_per_kind() -> None:

@@ -28,3 +28,22 @@ def test_routing_benchmark_rejects_bad_memories():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/vln_routing.py"), "--memories", "0,abc"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and "--memories: comma-separated positive ints" in proc.stderr
+
+
+def test_quick_routing_benchmark_routes_unseen_pairs_apart(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/vln_routing.py"), "--quick", "--unseen", "1",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "vln_routing.json").read_text())
+    assert len(report["tasks"]) == 3 and len(report["unseen"]) == 1 and not set(report["tasks"]) & set(report["unseen"])
+    for r in report["routing"].values():  # 2 held-out episodes per task: 6 seen, 2 unseen
+        assert r["episodes"] == 6 and r["unseen"]["episodes"] == 2
+        assert r["unseen"]["joint"] <= min(r["unseen"]["scene"], r["unseen"]["env"]) + 1e-9
+    md = (tmp_path / "vln_routing.md").read_text()
+    assert "1 unseen pairs" in md and "unseen: scene" in md and md.count("| memory-4 |") == 1
+
+
+def test_routing_benchmark_rejects_a_negative_unseen_count():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/vln_routing.py"), "--unseen", "-1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and "--unseen must be >= 0" in proc.stderr
