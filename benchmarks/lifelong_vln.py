@@ -81,7 +81,8 @@ def table(results: dict, tasks, unseen, references: dict | None = None, n_eval: 
         o = r.get("oracle_route")
         if o:  # a routed method on the same episodes with each task's own experts
             lines.append(f"| {name}, oracle experts (no routing) | {f(o['avg']['sr'])}{pm(o['final']['sr'])} | "
-                         f"{f(o['avg']['spl'])} | {f(o['avg']['osr'])} | - | - | - | - | {r['adapter_params']:,} | - |")
+                         f"{f(o['avg']['spl'])} | {f(o['avg']['osr'])} | - | - | "
+                         f"{f(o.get('unseen', {}).get('sr'))} | - | {r['adapter_params']:,} | - |")
     refs = {REFERENCE_ROWS.get(k, k).format(n=blind_steps): v for k, v in (references or {}).items()}
     for name, on in refs.items():
         srs = [on[t.name]["sr"] for t in tasks]

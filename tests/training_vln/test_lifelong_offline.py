@@ -123,13 +123,16 @@ def test_tuka_is_also_scored_with_its_own_experts_without_routing(setup) -> None
     from training.vln.lifelong import run_method
 
     cfg, tasks, data, base_dir = setup
-    r = run_method("tuka_dkil", cfg, base_dir, tasks, [], data)
+    # the first task once more as an "unseen pair": its own experts composed must score what its oracle row does
+    r = run_method("tuka_dkil", cfg, base_dir, tasks, [tasks[0]], data)
     o = r["oracle_route"]
     assert set(o["final"]) == {"sr", "spl", "osr"} and all(len(v) == len(tasks) for v in o["final"].values())
     assert o["avg"]["sr"] == pytest.approx(float(np.mean(o["final"]["sr"])))
+    assert o["unseen"]["sr"] == o["final"]["sr"][0] and o["unseen"]["spl"] == pytest.approx(o["final"]["spl"][0])
+    assert len(o["unseen_success"]) == 1 and np.mean(o["unseen_success"][0]) == pytest.approx(o["unseen"]["sr"])
     assert r["offline"]["matrices"]["token_acc"][1][0] is not None
-    for key in ("routing_acc", "routing_scene_acc", "routing_env_acc"):  # no unseen pairs: all routes are seen tasks'
-        assert r[f"{key}_seen"] == r[key] is not None and r[f"{key}_unseen"] is None
+    for key in ("routing_acc", "routing_scene_acc", "routing_env_acc"):  # all tasks = 2 seen + 1 unseen, per task
+        assert r[key] == pytest.approx((2 * r[f"{key}_seen"] + r[f"{key}_unseen"]) / 3)
     free = r["diagnostics"]["pair_freedom"]  # night's env row starts as a copy of normal's: no room in the core
     assert len(free) == len(tasks) == 2 and free[0] == 1.0 and free[1] < 1e-3
     seq = run_method("seq_lora", cfg, base_dir, tasks, [], data)

@@ -234,6 +234,10 @@ def test_report_has_oracle_expert_rows_and_the_offline_table() -> None:
     lines = md.splitlines()
     assert any(x.startswith("| tuka_dkil, oracle experts (no routing) | 0.50 ± ") for x in lines)
     assert "| tuka_dkil, oracle experts | 0.25 | 0.75 |" in lines
+    tuka["oracle_route"]["unseen"] = {"sr": 0.375, "spl": 0.25, "osr": 0.5}  # the unseen pairs' own experts
+    row = next(x for x in bench.report_md({"tuka_dkil": tuka}, tasks, [], refs, 4, 6).splitlines()
+               if x.startswith("| tuka_dkil, oracle experts (no routing) |"))
+    assert row.split(" | ")[6] == "0.38"  # the unseen SR column
     offline = next(x for x in lines if x.startswith("| tuka_dkil | 0.850 |")).split(" | ")
     # token acc. right after 0.85, final 0.75, F 0.25; whole answers 0.45, 0.35, 0.5; loss 0.45, 0.65, rise 0.4
     assert offline[1:] == ["0.850", "0.750", "0.250", "0.450", "0.350", "0.500", "0.450", "0.650", "0.400 |"]

@@ -377,6 +377,10 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         rows = [evaluate_task(method, cfg, data[t.index], oracle=True) for t in tasks]
         oracle_route = {"final": {k: [r[k] for r in rows] for k in mats}}
         oracle_route["avg"] = {k: float(np.mean(v)) for k, v in oracle_route["final"].items()}
+        if unseen:  # an unseen pair's own house and lighting experts, composed: composition apart from routing
+            rows = [evaluate_task(method, cfg, data[u.index], oracle=True) for u in unseen]
+            oracle_route["unseen"] = {k: float(np.mean([r[k] for r in rows])) for k in ("sr", "spl", "osr")}
+            oracle_route["unseen_success"] = [r["success"] for r in rows]
     parity = None
     if export_dir is not None and method.routed:
         from training.vln.export import export_tuka_navigator, served_parity
