@@ -87,3 +87,19 @@ def protocol_differences(a: dict, b: dict, ignore: Iterable[str] = ()) -> list[s
            if a.get(k, True) != b.get(k, True)]
     ca, cb = config_with_defaults(a.get("config") or {}), config_with_defaults(b.get("config") or {})
     return out + [f"{k} ({ca.get(k)} against {cb.get(k)})" for k in differing_keys(ca, cb, ignore=ignore)]
+
+
+def resolve_base(parser: Any, base_dir: str | None, cfg: Any, progress: bool = False) -> tuple[Any, dict[str, Any]]:
+    """``(final dir, build record)`` of the base navigator: the exported base ``base_dir`` (``--base-dir``, checked
+    against ``cfg`` with every file's SHA-256; a mismatch is a usage error through ``parser``) or, without one, the
+    cached base of ``cfg``, trained once if missing."""
+    if base_dir:
+        from training.vln.base_store import use_base
+
+        try:
+            return use_base(base_dir, cfg)
+        except ValueError as exc:
+            parser.error(f"--base-dir: {exc}")
+    from training.vln.navigator import base_navigator
+
+    return base_navigator(cfg, progress=progress)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling lifelong
 
 # the report helpers lifelong_pool.py shares; sr_se is also part of this script's report API (tests)
 from lifelong_report import clean_json as _clean  # noqa: E402
-from lifelong_report import protocol_differences, sr_se  # noqa: E402,F401
+from lifelong_report import protocol_differences, resolve_base, sr_se  # noqa: E402,F401
 from lifelong_report import report_references as _references  # noqa: E402
 
 QUICK_BASE = {
@@ -304,7 +304,6 @@ def main(argv: list[str] | None = None) -> int:
         resume_identity,
         run_method,
     )
-    from training.vln.navigator import base_navigator
     from training.vln.resume import DirLock, ResumeError, progress_files, remove_progress
 
     torch.set_num_threads(max(1, a.threads))
@@ -328,15 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                              steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
                              full_matrix=not a.diagonal_only, ewc_lambda=a.ewc_lambda,
                              tuka_ranks=_ranks(p, a.tuka_ranks), offline_samples=a.offline_samples, **shared)
-    if a.base_dir:
-        from training.vln.base_store import use_base
-
-        try:
-            base_dir, base_result = use_base(a.base_dir, base)
-        except ValueError as exc:
-            p.error(f"--base-dir: {exc}")
-    else:
-        base_dir, base_result = base_navigator(base, progress=not a.quick)
+    base_dir, base_result = resolve_base(p, a.base_dir, base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)
     if a.camera_only:  # how the tasks render their conditions; the base trained in normal light is reused

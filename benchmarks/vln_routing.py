@@ -181,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     from agents.vlm.bundle import load_vlm
     from training.vln.config import VLNTrainConfig
     from training.vln.lifelong import LifelongConfig, prepare_data
-    from training.vln.navigator import base_navigator
 
     torch.set_num_threads(max(1, a.threads))
     os.chdir(ROOT)
@@ -190,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--unseen must be >= 0, got {a.unseen}")
     common = dict(n_unseen=a.unseen, order_seed=a.order_seed, steps_per_task=1, adapt_projector=True,
                   offline_samples=0, cotrain=0.0, methods=[])
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from lifelong_report import resolve_base
+
     if a.quick:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
         from lifelong_vln import QUICK_BASE
 
         base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
@@ -202,15 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         base = VLNTrainConfig.from_yaml(a.base_config)
         cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","),
                              train_per_task=a.train_per_task, eval_per_task=a.eval_per_task, **common)
-    if a.base_dir:
-        from training.vln.base_store import use_base
-
-        try:
-            base_dir, _ = use_base(a.base_dir, base)
-        except ValueError as exc:
-            p.error(f"--base-dir: {exc}")
-    else:
-        base_dir, _ = base_navigator(base, progress=not a.quick)
+    base_dir, _ = resolve_base(p, a.base_dir, base, progress=not a.quick)
     if a.camera_only:
         cfg.base = dataclasses.replace(cfg.base, physical_conditions=False)
     tasks, unseen = cfg.tasks()

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,3 +49,11 @@ def test_routing_benchmark_rejects_a_negative_unseen_count():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/vln_routing.py"), "--unseen", "-1"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and "--unseen must be >= 0" in proc.stderr
+
+
+@pytest.mark.parametrize("script", ["vln_routing.py", "lifelong_vln.py"])
+def test_a_missing_exported_base_is_a_usage_error(script, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--base-dir", str(tmp_path / "none"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2 and "--base-dir: base folder" in proc.stderr and "does not exist" in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing written
