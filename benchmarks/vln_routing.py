@@ -106,8 +106,8 @@ def report_md(result: dict[str, dict[str, Any]], n_tasks: int, n_unseen: int = 0
     cells = lambda r: [f"{r[k]:.2f} ± {math.sqrt(r[k] * (1 - r[k]) / r['episodes']):.2f}"  # noqa: E731
                        for k in ("scene", "env", "joint")]
     head = "| rule | scene | env | joint |" + (" unseen: scene | env | joint |" if n_unseen else "")
-    lines = [f"Routing accuracy on held-out first frames ({n_tasks} tasks"
-             + (f"; {n_unseen} unseen pairs, never stored in the router" if n_unseen else "") + "):", "",
+    pairs = f"; {n_unseen} unseen pair{'s' * (n_unseen != 1)}, never stored in the router" if n_unseen else ""
+    lines = [f"Routing accuracy on held-out first frames ({n_tasks} tasks{pairs}):", "",
              head, "|---" * (7 if n_unseen else 4) + "|"]
     for name, r in result.items():
         lines.append(f"| {name} | " + " | ".join(cells(r) + (cells(r["unseen"]) if "unseen" in r else [])) + " |")

@@ -42,7 +42,7 @@ def test_quick_routing_benchmark_routes_unseen_pairs_apart(tmp_path):
         assert r["episodes"] == 6 and r["unseen"]["episodes"] == 2
         assert r["unseen"]["joint"] <= min(r["unseen"]["scene"], r["unseen"]["env"]) + 1e-9
     md = (tmp_path / "vln_routing.md").read_text()
-    assert "1 unseen pairs" in md and "unseen: scene" in md and md.count("| memory-4 |") == 1
+    assert "1 unseen pair," in md and "unseen: scene" in md and md.count("| memory-4 |") == 1
 
 
 def test_routing_benchmark_rejects_a_negative_unseen_count():
