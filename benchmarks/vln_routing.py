@@ -175,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     memories = _memories(p, a.memories)
+    if a.unseen < 0:
+        p.error(f"--unseen must be >= 0, got {a.unseen}")
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING)
     import torch
 
@@ -185,8 +187,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, a.threads))
     os.chdir(ROOT)
     t0 = time.time()
-    if a.unseen < 0:
-        p.error(f"--unseen must be >= 0, got {a.unseen}")
     common = dict(n_unseen=a.unseen, order_seed=a.order_seed, steps_per_task=1, adapt_projector=True,
                   offline_samples=0, cotrain=0.0, methods=[])
     sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -291,6 +291,10 @@ def resume_identity(name: str, cfg: LifelongConfig, tasks: list[Task], unseen: l
     return {"name": name, "config": config, "tasks": [t.name for t in tasks]}
 
 
+def _mean_or_none(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
 def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task], unseen: list[Task],
                data: dict[int, TaskData], progress: bool = False, export_dir: Path | None = None,
                progress_file: Path | None = None) -> dict[str, Any]:
@@ -325,9 +329,8 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         t0_done = state["elapsed"]
     bundle = method.bundle
     vproc = VLNProcessor(bundle.processor, bundle.family, bundle.image_size or cfg.base.image_size, agent_cfg)
-    routing: dict[str, list[float]] = {key: [] for key in ROUTING_KEYS}
-    routing_by: dict[str, dict[str, list[float]]] = {part: {key: [] for key in ROUTING_KEYS}
-                                                     for part in ("seen", "unseen")}
+    routing: dict[str, dict[str, list[float]]] = {part: {key: [] for key in ROUTING_KEYS}
+                                                  for part in ("seen", "unseen")}
     final_success: list[list[int]] = []  # per task, each held-out episode's outcome after the last task
     for k in tqdm(range(start, T), desc=name, disable=not progress, initial=start, total=T):
         task = tasks[k]
@@ -352,8 +355,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
             for key in mats:
                 mats[key][k, j] = m[key]
             if k == T - 1:
-                add_routing(routing, m)
-                add_routing(routing_by["seen"], m)
+                add_routing(routing["seen"], m)
                 final_success.append(m["success"])
         if cfg.offline_samples:  # every learnt task, with its own adapter/experts
             for j in range(k + 1):
@@ -369,8 +371,7 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         exp = method.expert_of(u) if method.routed else None
         m = evaluate_task(method, cfg, data[u.index], exp)
         unseen_m.append(m)
-        add_routing(routing, m)
-        add_routing(routing_by["unseen"], m)
+        add_routing(routing["unseen"], m)
     final = {key: mats[key][T - 1].tolist() for key in mats}
     oracle_route = None
     if method.routed:  # the same episodes with each task's own experts: what routing costs
@@ -396,9 +397,8 @@ def run_method(name: str, cfg: LifelongConfig, base_dir: Path, tasks: list[Task]
         "offline": summarise(offline) if cfg.offline_samples else None,
         "oracle_route": oracle_route,
         "unseen": {k: (float(np.mean([m[k] for m in unseen_m])) if unseen_m else None) for k in ("sr", "spl", "osr")},
-        **{key: (float(np.mean(v)) if v else None) for key, v in routing.items()},
-        **{f"{key}_{part}": (float(np.mean(v)) if v else None) for part, acc in routing_by.items()
-           for key, v in acc.items()},
+        **{key: _mean_or_none(routing["seen"][key] + routing["unseen"][key]) for key in ROUTING_KEYS},
+        **{f"{key}_{part}": _mean_or_none(v) for part, acc in routing.items() for key, v in acc.items()},
         "diagnostics": method.diagnostics(),
         "adapter_params": int(method.adapter_params()), "seconds": round(t0_done + time.time() - t0, 1),
     }
