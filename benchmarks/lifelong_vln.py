@@ -321,12 +321,16 @@ def main(argv: list[str] | None = None) -> int:
                              lora_rank=4, tuka_ranks=(4, 4, 2, 2), full_matrix=False,
                              offline_samples=min(a.offline_samples, 16), **shared)
     else:
-        base = VLNTrainConfig.from_yaml(a.base_config)
-        cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
-                             order_seed=a.order_seed, train_per_task=a.train_per_task, eval_per_task=a.eval_per_task,
-                             steps_per_task=a.steps_per_task, batch_size=a.batch_size, lr=a.lr,
-                             full_matrix=not a.diagonal_only, ewc_lambda=a.ewc_lambda,
-                             tuka_ranks=_ranks(p, a.tuka_ranks), offline_samples=a.offline_samples, **shared)
+        try:  # a bad config or setting is a usage error, not a traceback
+            base = VLNTrainConfig.from_yaml(a.base_config)
+            cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","),
+                                 n_unseen=a.unseen, order_seed=a.order_seed, train_per_task=a.train_per_task,
+                                 eval_per_task=a.eval_per_task, steps_per_task=a.steps_per_task,
+                                 batch_size=a.batch_size, lr=a.lr, full_matrix=not a.diagonal_only,
+                                 ewc_lambda=a.ewc_lambda, tuka_ranks=_ranks(p, a.tuka_ranks),
+                                 offline_samples=a.offline_samples, **shared)
+        except (OSError, TypeError, ValueError) as exc:
+            p.error(str(exc))
     base_dir, base_result = resolve_base(p, a.base_dir, base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)

@@ -57,3 +57,17 @@ def test_a_missing_exported_base_is_a_usage_error(script, tmp_path):
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 2 and "--base-dir: base folder" in proc.stderr and "does not exist" in proc.stderr
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("lifelong_vln.py", ["--methods", "seq_lora,tuka"], "unknown lifelong VLN method 'tuka'; known: "),
+    ("lifelong_vln.py", ["--order-seed", "-1"], "order_seed must be an int in [0, 4294967295], got -1"),
+    ("vln_routing.py", ["--scenes", "0"], "n_scenes must be an int in 1..3"),
+    ("vln_routing.py", ["--base-config", "README.md"], "README.md: not valid YAML"),
+])
+def test_a_bad_setting_is_a_usage_error_not_a_traceback(script, args, message, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--base-dir", str(tmp_path / "none"),
+                           "--out", str(tmp_path / "out"), *args], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-1500:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
