@@ -58,6 +58,11 @@ def paired_diff(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     return sum(means) / len(means), math.sqrt(var) / len(means)
 
 
+def reference_avg(on: dict, tasks, key: str = "sr") -> float | None:
+    """Mean ``key`` of a reference policy (``{task name: metrics}``) over ``tasks`` (None without tasks)."""
+    return float(sum(on[t.name][key] for t in tasks) / len(tasks)) if tasks else None
+
+
 def report_references(report: dict) -> dict:
     """A report's reference rows (older reports kept only the base navigator's, under ``base_navigator``)."""
     refs = dict(report.get("references") or {})
@@ -103,3 +108,22 @@ def resolve_base(parser: Any, base_dir: str | None, cfg: Any, progress: bool = F
     from training.vln.navigator import base_navigator
 
     return base_navigator(cfg, progress=progress)
+
+
+def summary_line(results: dict[str, dict], references: dict[str, dict], tasks: list) -> dict[str, Any]:
+    """The figures of the JSON line a run prints last: per method, and TuKA's routing (all tasks, learnt tasks and
+    unseen pairs apart) and the unseen pairs' SR with their own experts composed (``oracle_route``, no routing)."""
+    tuka = results.get("tuka_dkil", {})
+    return {"avg_sr": {m: r["avg"]["sr"] for m, r in results.items()},
+            "forgetting": {m: r["forgetting"]["sr"]["relative"] for m, r in results.items()},
+            "offline_acc": {m: r["offline"]["avg"]["token_acc"] for m, r in results.items() if r["offline"]},
+            "offline_forgetting": {m: r["offline"]["forgetting"]["token_acc"] for m, r in results.items()
+                                   if r["offline"]},
+            "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
+            **{key: tuka.get(key) for key in ("routing_acc", "routing_env_acc", "routing_acc_seen",
+                                              "routing_acc_unseen")},
+            "oracle_route_sr": {m: r["oracle_route"]["avg"]["sr"] for m, r in results.items() if r["oracle_route"]},
+            "oracle_route_unseen_sr": {m: r["oracle_route"]["unseen"]["sr"] for m, r in results.items()
+                                       if r["oracle_route"] and r["oracle_route"].get("unseen")},
+            "served_parity": tuka.get("served_parity"),
+            "reference_avg_sr": {k: reference_avg(on, tasks) for k, on in references.items()}}

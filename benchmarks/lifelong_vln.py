@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling lifelong
 
 # the report helpers lifelong_pool.py shares; sr_se is also part of this script's report API (tests)
 from lifelong_report import clean_json as _clean  # noqa: E402
-from lifelong_report import protocol_differences, resolve_base, sr_se  # noqa: E402,F401
+from lifelong_report import protocol_differences, reference_avg, resolve_base, sr_se, summary_line  # noqa: E402,F401
 from lifelong_report import report_references as _references  # noqa: E402
 
 QUICK_BASE = {
@@ -45,11 +45,6 @@ QUICK_BASE = {
 
 
 REFERENCE_ROWS = {"base": "base, no adaptation", "blind": "blind: forward {n} then stop"}
-
-
-def reference_avg(on: dict, tasks, key: str = "sr") -> float | None:
-    """Mean ``key`` of a reference policy (``{task name: metrics}``) over ``tasks`` (None without tasks)."""
-    return float(sum(on[t.name][key] for t in tasks) / len(tasks)) if tasks else None
 
 
 def routing_cell(r: dict) -> str:
@@ -384,19 +379,8 @@ def main(argv: list[str] | None = None) -> int:
             plot(results, tasks, out / "lifelong_vln.png")
         print(md)
         print(f"base navigator (after pre-training, normal light only): {json.dumps(base_metrics)}")
-        summary = {"avg_sr": {m: r["avg"]["sr"] for m, r in results.items()},
-                   "forgetting": {m: r["forgetting"]["sr"]["relative"] for m, r in results.items()},
-                   "offline_acc": {m: r["offline"]["avg"]["token_acc"] for m, r in results.items() if r["offline"]},
-                   "offline_forgetting": {m: r["offline"]["forgetting"]["token_acc"] for m, r in results.items()
-                                          if r["offline"]},
-                   "unseen_sr": {m: r["unseen"]["sr"] for m, r in results.items()},
-                   "routing_acc": results.get("tuka_dkil", {}).get("routing_acc"),
-                   "routing_env_acc": results.get("tuka_dkil", {}).get("routing_env_acc"),
-                   "oracle_route_sr": {m: r["oracle_route"]["avg"]["sr"] for m, r in results.items()
-                                       if r["oracle_route"]},
-                   "served_parity": results.get("tuka_dkil", {}).get("served_parity"),
-                   "reference_avg_sr": {k: reference_avg(on, tasks) for k, on in references.items()},
-                   "seconds": round(time.time() - t0, 1), "out": str(out)}
+        summary = {**summary_line(results, references, tasks), "seconds": round(time.time() - t0, 1),
+                   "out": str(out)}
         print(json.dumps(_clean(summary)))
         return 0
     finally:

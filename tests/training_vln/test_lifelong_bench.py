@@ -28,6 +28,10 @@ def test_quick_benchmark_prints_json(tmp_path):
     assert tuka["routing_acc"] <= min(tuka["routing_scene_acc"], tuka["routing_env_acc"]) + 1e-9
     for key in ("routing_acc", "routing_scene_acc", "routing_env_acc"):  # all tasks = 3 seen + 1 unseen, per task
         assert tuka[key] == pytest.approx((3 * tuka[f"{key}_seen"] + tuka[f"{key}_unseen"]) / 4)
+    assert last["routing_acc_seen"] == tuka["routing_acc_seen"] and last["routing_acc_unseen"] == tuka[
+        "routing_acc_unseen"]
+    assert set(last["oracle_route_unseen_sr"]) == {"tuka_dkil"}  # the composed unseen SR, routed methods only
+    assert last["oracle_route_unseen_sr"]["tuka_dkil"] == tuka["oracle_route"]["unseen"]["sr"]
     assert (tmp_path / "lifelong_vln.png").stat().st_size > 1000
     num = report["numerics"]  # which CPU kernels and threads decided the figures
     assert num["threads"] == 1 and num["pinned"] in ("avx2", None)

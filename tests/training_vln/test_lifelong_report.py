@@ -244,3 +244,20 @@ def test_report_has_oracle_expert_rows_and_the_offline_table() -> None:
     assert "| base, no adaptation | - | 0.600 | - | - | 0.200 | - | - | 0.700 | - |" in lines
     assert "| tuka_dkil | 0.800 -> 0.600 | 0.900 -> 0.900 |" in lines
     assert not any(x.startswith("| seq_lora | 0.") and "->" in x for x in lines)  # no offline figures, no row
+
+
+def test_summary_line_carries_routing_parts_and_the_composed_unseen_sr() -> None:
+    tasks = [_T("S0-normal"), _T("S1-low_light")]
+    tuka = _result([0.5, 0.75])  # avg 0.625, routed unseen 0.25
+    tuka.update(routing_acc=0.6, routing_env_acc=0.9, routing_acc_seen=0.7, routing_acc_unseen=0.4, offline=None,
+                served_parity={"routes_equal": True}, oracle_route={"avg": {"sr": 0.8}, "unseen": {"sr": 0.375}})
+    seq = {**_result([0.0, 0.5]), "offline": None, "oracle_route": None}
+    line = bench.summary_line({"tuka_dkil": tuka, "seq_lora": seq},
+                              {"base": _on({"S0-normal": 0.5, "S1-low_light": 0.0})}, tasks)
+    assert line["avg_sr"] == {"tuka_dkil": 0.625, "seq_lora": 0.25} and line["unseen_sr"]["tuka_dkil"] == 0.25
+    assert (line["routing_acc"], line["routing_acc_seen"], line["routing_acc_unseen"]) == (0.6, 0.7, 0.4)
+    assert line["oracle_route_sr"] == {"tuka_dkil": 0.8}  # routed methods only
+    assert line["oracle_route_unseen_sr"] == {"tuka_dkil": 0.375}  # composed experts, not the routed 0.25
+    assert line["reference_avg_sr"] == {"base": 0.25} and line["served_parity"] == {"routes_equal": True}
+    del tuka["oracle_route"]["unseen"]  # a run without unseen pairs
+    assert bench.summary_line({"tuka_dkil": tuka}, {}, tasks)["oracle_route_unseen_sr"] == {}
