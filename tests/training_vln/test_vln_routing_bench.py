@@ -63,9 +63,11 @@ def test_a_missing_exported_base_is_a_usage_error(script, tmp_path):
     ("lifelong_vln.py", ["--methods", "seq_lora,tuka"], "unknown lifelong VLN method 'tuka'; known: "),
     ("lifelong_vln.py", ["--order-seed", "-1"], "order_seed must be an int in [0, 4294967295], got -1"),
     ("vln_routing.py", ["--scenes", "0"], "n_scenes must be an int in 1..3"),
-    ("vln_routing.py", ["--base-config", "README.md"], "README.md: not valid YAML"),
+    ("vln_routing.py", ["--base-config", "{bad_yaml}"], "bad.yaml: not valid YAML"),
 ])
 def test_a_bad_setting_is_a_usage_error_not_a_traceback(script, args, message, tmp_path):
+    (tmp_path / "bad.yaml").write_text("image_size: [32\n")
+    args = [a.format(bad_yaml=tmp_path / "bad.yaml") for a in args]
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--base-dir", str(tmp_path / "none"),
                            "--out", str(tmp_path / "out"), *args], capture_output=True, text=True, timeout=300,
                           cwd=ROOT)
