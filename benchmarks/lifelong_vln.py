@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -196,6 +197,26 @@ def merge(paths: list[str], out: Path) -> int:
     return 0
 
 
+def _configs(p: argparse.ArgumentParser, a: argparse.Namespace, shared: dict[str, Any]) -> tuple[Any, Any]:
+    """The base navigator's config and the run's ``LifelongConfig`` (tiny in --quick; raise on bad settings)."""
+    from training.vln.config import VLNTrainConfig
+    from training.vln.lifelong import LifelongConfig
+
+    if a.quick:
+        base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
+        return base, LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
+                                    train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4,
+                                    fisher_batches=1, lora_rank=4, tuka_ranks=(4, 4, 2, 2), full_matrix=False,
+                                    offline_samples=min(a.offline_samples, 16), **shared)
+    base = VLNTrainConfig.from_yaml(a.base_config)
+    return base, LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
+                                order_seed=a.order_seed, train_per_task=a.train_per_task,
+                                eval_per_task=a.eval_per_task, steps_per_task=a.steps_per_task,
+                                batch_size=a.batch_size, lr=a.lr, full_matrix=not a.diagonal_only,
+                                ewc_lambda=a.ewc_lambda, tuka_ranks=_ranks(p, a.tuka_ranks),
+                                offline_samples=a.offline_samples, **shared)
+
+
 def _ranks(p: argparse.ArgumentParser, text: str) -> tuple[int, int, int, int]:
     """``--tuka-ranks R1,R2,R3,R4`` as four positive ints (an argparse error otherwise)."""
     try:
@@ -290,9 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     pinned = pin_choice(a.pin_numerics)  # before torch loads: a cached base rebuilt elsewhere comes out the same
     import torch
 
-    from training.vln.config import VLNTrainConfig
     from training.vln.lifelong import (
-        LifelongConfig,
         evaluate_base,
         evaluate_blind,
         prepare_data,
@@ -309,23 +328,10 @@ def main(argv: list[str] | None = None) -> int:
                   cotrain=a.cotrain, dkil_w_ewc=a.dkil_ewc, dkil_anchor_reused=a.dkil_anchor_reused,
                   dkil_core_fisher=a.dkil_core_fisher, routing_memory=a.routing_memory,
                   tuka_init_jitter=a.tuka_init_jitter)
-    if a.quick:
-        base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
-        cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
-                             train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4, fisher_batches=1,
-                             lora_rank=4, tuka_ranks=(4, 4, 2, 2), full_matrix=False,
-                             offline_samples=min(a.offline_samples, 16), **shared)
-    else:
-        try:  # a bad config or setting is a usage error, not a traceback
-            base = VLNTrainConfig.from_yaml(a.base_config)
-            cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","),
-                                 n_unseen=a.unseen, order_seed=a.order_seed, train_per_task=a.train_per_task,
-                                 eval_per_task=a.eval_per_task, steps_per_task=a.steps_per_task,
-                                 batch_size=a.batch_size, lr=a.lr, full_matrix=not a.diagonal_only,
-                                 ewc_lambda=a.ewc_lambda, tuka_ranks=_ranks(p, a.tuka_ranks),
-                                 offline_samples=a.offline_samples, **shared)
-        except (OSError, TypeError, ValueError) as exc:
-            p.error(str(exc))
+    try:  # a bad config or setting is a usage error, not a traceback
+        base, cfg = _configs(p, a, shared)
+    except (OSError, TypeError, ValueError) as exc:
+        p.error(str(exc))
     base_dir, base_result = resolve_base(p, a.base_dir, base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)

@@ -192,20 +192,20 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from lifelong_report import resolve_base
 
-    if a.quick:
-        from lifelong_vln import QUICK_BASE
+    try:  # a bad config or setting is a usage error, not a traceback
+        if a.quick:
+            from lifelong_vln import QUICK_BASE
 
-        base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
-        cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], train_per_task=2,
-                             eval_per_task=2, **common)
-        memories = [4]
-    else:
-        try:  # a bad config or setting is a usage error, not a traceback
+            base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
+            cfg = LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], train_per_task=2,
+                                 eval_per_task=2, **common)
+            memories = [4]
+        else:
             base = VLNTrainConfig.from_yaml(a.base_config)
             cfg = LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","),
                                  train_per_task=a.train_per_task, eval_per_task=a.eval_per_task, **common)
-        except (OSError, TypeError, ValueError) as exc:
-            p.error(str(exc))
+    except (OSError, TypeError, ValueError) as exc:
+        p.error(str(exc))
     base_dir, _ = resolve_base(p, a.base_dir, base, progress=not a.quick)
     if a.camera_only:
         cfg.base = dataclasses.replace(cfg.base, physical_conditions=False)

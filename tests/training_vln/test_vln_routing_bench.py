@@ -63,6 +63,8 @@ def test_a_missing_exported_base_is_a_usage_error(script, tmp_path):
     ("lifelong_vln.py", ["--methods", "seq_lora,tuka"], "unknown lifelong VLN method 'tuka'; known: "),
     ("lifelong_vln.py", ["--order-seed", "-1"], "order_seed must be an int in [0, 4294967295], got -1"),
     ("vln_routing.py", ["--scenes", "0"], "n_scenes must be an int in 1..3"),
+    ("lifelong_vln.py", ["--quick", "--methods", "tuka"], "unknown lifelong VLN method 'tuka'"),
+    ("vln_routing.py", ["--quick", "--order-seed", "-1"], "order_seed must be an int in [0, 4294967295], got -1"),
     ("vln_routing.py", ["--base-config", "{bad_yaml}"], "bad.yaml: not valid YAML"),
 ])
 def test_a_bad_setting_is_a_usage_error_not_a_traceback(script, args, message, tmp_path):
