@@ -440,7 +440,7 @@ def test_task_sequence_and_unseen_pairs():
         LifelongConfig(base=base, n_scenes=1, conditions=["normal", "low_light"], n_unseen=1)
     with pytest.raises(ValueError, match="unknown lifelong VLN method 'magic'; known: .*tuka_dkil"):
         LifelongConfig(base=base, methods=["magic"])
-    for bad in (-1, 2**32, 1.5):  # numpy's seed range; a float seed would silently truncate elsewhere
+    for bad in (-1, 2**32, 1.5):  # an int in numpy's seed range, nothing else
         with pytest.raises(ValueError, match="order_seed"):
             LifelongConfig(base=base, order_seed=bad)
 
