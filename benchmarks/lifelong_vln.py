@@ -197,24 +197,25 @@ def merge(paths: list[str], out: Path) -> int:
     return 0
 
 
-def _configs(p: argparse.ArgumentParser, a: argparse.Namespace, shared: dict[str, Any]) -> tuple[Any, Any]:
-    """The base navigator's config and the run's ``LifelongConfig`` (tiny in --quick; raise on bad settings)."""
+def _configs(p: argparse.ArgumentParser, a: argparse.Namespace, shared: dict[str, Any]) -> Any:
+    """The run's ``LifelongConfig``, the base navigator's config in ``.base`` (tiny in --quick; raise on bad
+    settings)."""
     from training.vln.config import VLNTrainConfig
     from training.vln.lifelong import LifelongConfig
 
     if a.quick:
         base = VLNTrainConfig.from_dict(dict(QUICK_BASE))
-        return base, LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
-                                    train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4,
-                                    fisher_batches=1, lora_rank=4, tuka_ranks=(4, 4, 2, 2), full_matrix=False,
-                                    offline_samples=min(a.offline_samples, 16), **shared)
+        return LifelongConfig(base=base, n_scenes=2, conditions=["normal", "low_light"], n_unseen=1,
+                              train_per_task=2, eval_per_task=1, steps_per_task=4, batch_size=4,
+                              fisher_batches=1, lora_rank=4, tuka_ranks=(4, 4, 2, 2), full_matrix=False,
+                              offline_samples=min(a.offline_samples, 16), **shared)
     base = VLNTrainConfig.from_yaml(a.base_config)
-    return base, LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
-                                order_seed=a.order_seed, train_per_task=a.train_per_task,
-                                eval_per_task=a.eval_per_task, steps_per_task=a.steps_per_task,
-                                batch_size=a.batch_size, lr=a.lr, full_matrix=not a.diagonal_only,
-                                ewc_lambda=a.ewc_lambda, tuka_ranks=_ranks(p, a.tuka_ranks),
-                                offline_samples=a.offline_samples, **shared)
+    return LifelongConfig(base=base, n_scenes=a.scenes, conditions=a.conditions.split(","), n_unseen=a.unseen,
+                          order_seed=a.order_seed, train_per_task=a.train_per_task,
+                          eval_per_task=a.eval_per_task, steps_per_task=a.steps_per_task,
+                          batch_size=a.batch_size, lr=a.lr, full_matrix=not a.diagonal_only,
+                          ewc_lambda=a.ewc_lambda, tuka_ranks=_ranks(p, a.tuka_ranks),
+                          offline_samples=a.offline_samples, **shared)
 
 
 def _ranks(p: argparse.ArgumentParser, text: str) -> tuple[int, int, int, int]:
@@ -329,10 +330,10 @@ def main(argv: list[str] | None = None) -> int:
                   dkil_core_fisher=a.dkil_core_fisher, routing_memory=a.routing_memory,
                   tuka_init_jitter=a.tuka_init_jitter)
     try:  # a bad config or setting is a usage error, not a traceback
-        base, cfg = _configs(p, a, shared)
+        cfg = _configs(p, a, shared)
     except (OSError, TypeError, ValueError) as exc:
         p.error(str(exc))
-    base_dir, base_result = resolve_base(p, a.base_dir, base, progress=not a.quick)
+    base_dir, base_result = resolve_base(p, a.base_dir, cfg.base, progress=not a.quick)
     if a.success_distance is not None:  # an evaluation-only setting: the cached base is reused
         cfg.base = dataclasses.replace(cfg.base, success_distance=a.success_distance)
     if a.camera_only:  # how the tasks render their conditions; the base trained in normal light is reused
