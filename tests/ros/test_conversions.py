@@ -19,6 +19,7 @@ from allday_ros.conversions import (  # noqa: E402
     ImageFormatError,
     action_to_twist,
     image_to_msg,
+    instruction_problem,
     msg_to_image,
     odometry_to_pose,
     pose_to_odometry,
@@ -275,3 +276,13 @@ def test_integrator_rejects_non_finite(bad):
         integ.add(_tw(), -0.1)
     with pytest.raises(ValueError, match="forward_step"):
         CmdVelIntegrator(forward_step=bad)
+
+
+def test_instruction_problem_names_empty_and_over_long_and_counts_after_stripping():
+    assert instruction_problem("go to the kitchen") is None
+    for empty in ("", "   ", "\n\t"):
+        assert instruction_problem(empty) == "empty instruction"
+    assert instruction_problem("x" * 2001) == "instruction has 2001 characters (limit 2000)"
+    assert instruction_problem("x" * 2000) is None
+    assert instruction_problem("  " + "x" * 2000 + "  ") is None   # padding does not count against the limit
+    assert instruction_problem("go", limit=1) == "instruction has 2 characters (limit 1)"

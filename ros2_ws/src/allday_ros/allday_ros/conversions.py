@@ -31,9 +31,11 @@ from agents.core.types import FORWARD_STEP_M, TURN_ANGLE_DEG, NavAction, Pose
 __all__ = [
     "ENCODINGS",
     "CmdVelIntegrator",
+    "MAX_INSTRUCTION_CHARS",
     "ImageFormatError",
     "action_to_twist",
     "image_to_msg",
+    "instruction_problem",
     "msg_to_image",
     "odometry_to_pose",
     "pose_to_odometry",
@@ -55,6 +57,20 @@ ENCODINGS: dict[str, tuple[np.dtype, int, str]] = {
     "16UC1": (np.dtype(np.uint16), 1, "32FC1"),
 }
 _MM_PER_M = 1000.0
+
+
+MAX_INSTRUCTION_CHARS = 2000
+
+
+def instruction_problem(text: str, limit: int = MAX_INSTRUCTION_CHARS) -> str | None:
+    """Why an instruction from the wire is refused, or None: empty after stripping, or over ``limit`` characters
+    (counted after stripping, so padding neither hides nor causes a refusal)."""
+    stripped = text.strip()
+    if not stripped:
+        return "empty instruction"
+    if len(stripped) > limit:
+        return f"instruction has {len(stripped)} characters (limit {limit})"
+    return None
 
 
 def stamp_to_ns(stamp: Any) -> int:

@@ -13,6 +13,9 @@ from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedEx
 from rclpy.signals import SignalHandlerOptions
 
 MAX_INVALID_HANDLE_RETRIES = 1000
+#: longest the spin loop stays inside rcl_wait: Python runs signal handlers only between bytecodes, so a node with
+#: nothing to wake it (an unconfigured lifecycle node has no timer) would otherwise never see SIGINT / SIGTERM
+SIGNAL_POLL_S = 0.2
 
 
 def spin(executor: Executor, max_retries: int = MAX_INVALID_HANDLE_RETRIES) -> int:
@@ -23,11 +26,12 @@ def spin(executor: Executor, max_retries: int = MAX_INVALID_HANDLE_RETRIES) -> i
     MultiThreadedExecutor) makes ``add_to_wait_set`` raise ``InvalidHandle: cannot use Destroyable because
     destruction was requested``, and ``executor.spin()`` lets it kill the node. The destroyed entity has already
     left the node's lists, so the next ``spin_once`` builds a clean wait set: retry, and give up only after
-    ``max_retries`` such errors in a row. Returns how many were absorbed."""
+    ``max_retries`` such errors in a row. Each wait is bounded by :data:`SIGNAL_POLL_S` so that a signal is handled
+    even when no callback is due. Returns how many were absorbed."""
     absorbed = in_a_row = 0
     while executor.context.ok() and not getattr(executor, "_is_shutdown", False):  # spin()'s own condition
         try:
-            executor.spin_once()
+            executor.spin_once(timeout_sec=SIGNAL_POLL_S)
         except InvalidHandle:
             absorbed += 1
             in_a_row += 1
@@ -36,6 +40,20 @@ def spin(executor: Executor, max_retries: int = MAX_INVALID_HANDLE_RETRIES) -> i
             continue
         in_a_row = 0
     return absorbed
+
+
+def autostart(node: Any) -> None:
+    """Lifecycle autostart (an ``on_start`` for :func:`run_node`): when the node's ``autostart`` parameter is set,
+    configure and activate it. A refused configure exits with code 2, so a launcher sees a required node exit
+    instead of a silent, unconfigured node."""
+    if not bool(node.get_parameter("autostart").value):
+        return
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+        print(f"{node.get_name()}: configure failed (reason in the log above)", file=sys.stderr)
+        raise SystemExit(2)
+    node.trigger_activate()
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -20,6 +20,7 @@ Goals end with success when the status reports success, and abort on timeout, ``
 finished without success, a policy error, or stale input: when any input is older than ``stale_timeout`` the
 node publishes a zero delta and aborts with the reason. ``dry_run`` logs the commands instead of publishing them.
 Empty or over-long (> 2000 characters) instructions are rejected by the goal callback (reason in the log).
+With ``autostart`` a refused configure (unknown policy, bad checkpoint) exits with code 2.
 Safety status goes to ``/diagnostics`` at 1 Hz.
 """
 
@@ -46,16 +47,16 @@ from std_msgs.msg import Float32, String  # noqa: E402
 
 from agents.core.policy import Policy  # noqa: E402
 from allday_ros.arm_observation import ARM_INPUTS, arm_observation  # noqa: E402
-from allday_ros.conversions import ImageFormatError, msg_to_image, stamp_to_ns  # noqa: E402
+from allday_ros.conversions import ImageFormatError, instruction_problem, msg_to_image, stamp_to_ns  # noqa: E402
 from allday_ros.interfaces import load_interfaces  # noqa: E402
 from allday_ros.policies import VLA_POLICIES  # noqa: E402
 from allday_ros.safety import LogOnce, SafetyLayer, VelocityLimits, Watchdog  # noqa: E402
-from allday_ros.spin import run_node  # noqa: E402
+from allday_ros.spin import autostart, run_node  # noqa: E402
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 STATUS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 ACTION_NAME = "/vla/execute_instruction"
-MAX_INSTRUCTION_CHARS = 2000
+
 
 class _GoalEnded(Exception):
     """How a goal ended: ``how`` is succeed / abort / canceled."""
@@ -213,13 +214,9 @@ class VlaNode(LifecycleNode):
 
     # ---- the action ----------------------------------------------------------------------------
     def _on_goal(self, goal: Any) -> GoalResponse:
-        text = goal.instruction
-        if not text.strip():
-            self.get_logger().warning("rejected goal: empty instruction")
-            return GoalResponse.REJECT
-        if len(text) > MAX_INSTRUCTION_CHARS:
-            self.get_logger().warning(f"rejected goal: instruction has {len(text)} characters "
-                                      f"(limit {MAX_INSTRUCTION_CHARS})")
+        why = instruction_problem(goal.instruction)
+        if why is not None:
+            self.get_logger().warning(f"rejected goal: {why}")
             return GoalResponse.REJECT
         for name, v in (("timeout_s", goal.timeout_s), ("max_steps", goal.max_steps)):
             if not math.isfinite(v):
@@ -403,14 +400,8 @@ class VlaNode(LifecycleNode):
         self.pub_diag.publish(arr)
 
 
-def _autostart(node: VlaNode) -> None:
-    if bool(node.get_parameter("autostart").value):
-        node.trigger_configure()
-        node.trigger_activate()
-
-
 def main(args: list[str] | None = None) -> None:
-    run_node(VlaNode, args, "vla_node", on_start=_autostart, threads=4)
+    run_node(VlaNode, args, "vla_node", on_start=autostart, threads=4)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from agents.core.types import NavAction, Observation  # noqa: E402
 from allday_ros.conversions import (  # noqa: E402
     ImageFormatError,
     action_to_twist,
+    instruction_problem,
     msg_to_image,
     odometry_to_pose,
     stamp_to_ns,
@@ -43,12 +44,11 @@ from allday_ros.safety import (  # noqa: E402
     policy_status,
     zero_twist,
 )
-from allday_ros.spin import run_node  # noqa: E402
+from allday_ros.spin import autostart, run_node  # noqa: E402
 
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 STATUS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-MAX_INSTRUCTION_CHARS = 2000
 
 
 class VlnNode(LifecycleNode):
@@ -198,14 +198,13 @@ class VlnNode(LifecycleNode):
             self._try_act()
 
     def _on_instruction(self, msg: String) -> None:
-        text = msg.data.strip()
-        if not text or len(text) > MAX_INSTRUCTION_CHARS:
-            self._log_once(self.get_logger(), f"instr-{bool(text)}",
-                           f"rejected instruction: {'empty' if not text else f'{len(text)} chars > limit'}")
+        why = instruction_problem(msg.data)
+        if why is not None:
+            self._log_once(self.get_logger(), f"instr-{why.startswith('empty')}", f"rejected /instruction: {why}")
             self._instruction = None
             self._stop_robot()
             return
-        self._instruction = text
+        self._instruction = msg.data.strip()
         if "instruction" in self.safety.watchdog.inputs:
             self.safety.watchdog.feed("instruction", self._now())
         self._try_act()
@@ -330,13 +329,6 @@ class VlnNode(LifecycleNode):
         self.pub_diag.publish(arr)
 
 
-def _autostart(node: VlnNode) -> None:
-    if bool(node.get_parameter("autostart").value):
-        if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-            raise SystemExit(2)  # bringup sees a required node exit instead of a silent, unconfigured node
-        node.trigger_activate()
-
-
 def _stop(node: VlnNode) -> None:
     """On shutdown: zero velocity, and wait (bounded) until subscribers acknowledged it before the node goes."""
     if node._active:
@@ -348,7 +340,7 @@ def _stop(node: VlnNode) -> None:
 
 
 def main(args: list[str] | None = None) -> None:
-    run_node(VlnNode, args, "vln_node", on_start=_autostart, on_exit=_stop)
+    run_node(VlnNode, args, "vln_node", on_start=autostart, on_exit=_stop)
 
 
 if __name__ == "__main__":
