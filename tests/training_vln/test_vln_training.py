@@ -1,5 +1,5 @@
 """AlldayWalker training: imitation lowers the loss, DAgger relabels the learner's states with the oracle,
-checkpoints resume, the lifelong protocol's bookkeeping, and clear errors on bad configs."""
+checkpoints resume, and clear errors on bad configs (the lifelong protocol's bookkeeping: test_lifelong_config.py)."""
 
 import json
 import math
@@ -13,11 +13,9 @@ import training.vln  # noqa: E402,F401 - preloads triton's LLVM before any EGL c
 from agents.core.types import NavAction  # noqa: E402
 from agents.vln.actions import format_actions  # noqa: E402
 from agents.vln.configuration_vln import VLNAgentConfig  # noqa: E402
+from tests.training_vln.conftest import TINY  # noqa: E402
 from training.vln.config import VLNTrainConfig  # noqa: E402
-from training.vln.lifelong import LifelongConfig, forgetting  # noqa: E402
 
-TINY = dict(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128, vision_hidden_size=32,
-            vision_layers=1, vision_heads=2, vision_intermediate_size=64, bpe_vocab_size=400)
 BASE = dict(image_size=32, tiny=TINY, n_scenes=1, episodes_per_scene=1, eval_per_scene=1, min_distance=1.5,
             max_distance=4.0, max_steps=12, steps=4, batch_size=4, dagger_rounds=1, dagger_steps=2,
             dagger_episodes_per_scene=1, checkpoint_every=2, eval_conditions=["normal"], num_threads=1,
@@ -420,38 +418,6 @@ def test_unknown_scene_ids(cfg):
         make_episodes(cfg, "task", 1, [3])
     with pytest.raises(ValueError, match="split must be one of"):
         make_episodes(cfg, "bogus")
-
-
-def test_task_sequence_and_unseen_pairs():
-    base = VLNTrainConfig(**{**BASE, "n_scenes": 3})
-    lc = LifelongConfig(base=base, n_scenes=3, n_unseen=2)
-    tasks, unseen = lc.tasks()
-    assert len(tasks) == 10 and len(unseen) == 2
-    pairs = {(t.scene, t.condition) for t in tasks}
-    assert not pairs & {(u.scene, u.condition) for u in unseen}
-    assert {t.scene for t in tasks} == {0, 1, 2} and {t.condition for t in tasks} == set(lc.conditions)
-    assert [t.name for t in lc.tasks()[0]] == [t.name for t in tasks]  # fixed order for a seed
-    assert [t.name for t in LifelongConfig(base=base, n_scenes=3, order_seed=1).tasks()[0]] != [t.name for t in tasks]
-    with pytest.raises(ValueError, match="n_scenes must be"):
-        LifelongConfig(base=base, n_scenes=4)
-    with pytest.raises(ValueError, match="conditions must be distinct"):
-        LifelongConfig(base=base, conditions=["normal", "night"])
-    with pytest.raises(ValueError, match="n_unseen"):
-        LifelongConfig(base=base, n_scenes=1, conditions=["normal", "low_light"], n_unseen=1)
-    with pytest.raises(ValueError, match="unknown lifelong VLN method 'magic'; known: .*tuka_dkil"):
-        LifelongConfig(base=base, methods=["magic"])
-    for bad in (-1, 2**32, 1.5):  # an int in numpy's seed range, nothing else
-        with pytest.raises(ValueError, match="order_seed"):
-            LifelongConfig(base=base, order_seed=bad)
-
-
-def test_forgetting_definition():
-    m = np.array([[0.8, np.nan, np.nan], [0.4, 0.5, np.nan], [0.2, 0.0, 0.9]])
-    f = forgetting(m)
-    assert f["per_task"] == pytest.approx([0.75, 1.0])
-    assert f["relative"] == pytest.approx(0.875) and f["absolute"] == pytest.approx((0.6 + 0.5) / 2)
-    z = forgetting(np.array([[0.0, np.nan], [0.0, 1.0]]))
-    assert z["relative"] is None and math.isnan(z["per_task"][0])  # X[t, t] = 0 is excluded
 
 
 def test_grounded_backbone_is_pre_trained_and_saved(tmp_path):
