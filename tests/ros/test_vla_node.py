@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -117,7 +118,7 @@ def arm(start_node, ros_node):
     assert client.wait_for_server(timeout_sec=20), "action server missing after activate"
     reset = ros_node.create_client(Trigger, "/manip_sim_node/reset")
     yield {"node": ros_node, "client": client, "status": status, "deltas": deltas, "mirrors": mirrors,
-           "grippers": grippers, "reset": reset, "sim": sim}
+           "grippers": grippers, "reset": reset, "sim": sim, "vla": vla}
     client.destroy()
     for s in subs:
         ros_node.destroy_subscription(s)
@@ -274,7 +275,8 @@ def test_dry_run_and_lifecycle_teardown(arm):
 
 
 def test_deactivate_aborts_a_running_goal_and_the_arm_hears_nothing_after(arm):
-    """Deactivating mid-goal aborts it (ChangeState waits for the goal to end) and no command follows the result."""
+    """Deactivating mid-goal aborts it (ChangeState waits for the goal to end) with a zero delta, and no command
+    follows the result."""
     node, client = arm["node"], arm["client"]
     goal = _running_goal(arm, "deactivate")
     assert change_state(node, Transition.TRANSITION_DEACTIVATE)
@@ -284,9 +286,29 @@ def test_deactivate_aborts_a_running_goal_and_the_arm_hears_nothing_after(arm):
     spin_until(node, lambda: False, timeout=0.3)  # let the commands already in flight arrive
     n = len(arm["deltas"])
     assert n >= result.steps  # every step that was counted was sent
+    assert _is_zero(arm["deltas"][-1]), "the goal ended by deactivation without a stop"
     spin_until(node, lambda: False, timeout=0.7)
     assert len(arm["deltas"]) == n, "an inactive node kept commanding the arm"
     assert not Goal(node, client, "pick up the red cube").accepted
+
+
+def test_sigint_mid_goal_stops_the_arm_and_exits(arm):
+    """A launcher's stop (SIGINT) while a goal runs: the node's last command is a zero delta, and the process exits
+    promptly (not after the goal's own timeout)."""
+    node, vla = arm["node"], arm["vla"]
+    _running_goal(arm, "SIGINT")
+    t0, wall0 = time.monotonic(), time.time()
+    vla.proc.send_signal(signal.SIGINT)
+    vla.proc.wait(15)
+    took = time.monotonic() - t0
+    assert vla.proc.returncode == 0, vla.proc.returncode
+    assert took < 10, f"exit took {took:.1f} s"
+    spin_until(node, lambda: False, timeout=0.5)  # what was in flight
+    last = arm["deltas"][-1]
+    assert _is_zero(last), "the last command before exit was not a stop"
+    # sent on the signal, not later when the inputs went stale (stale_timeout STALE_S): that stop was luck
+    sent = last.header.stamp.sec + last.header.stamp.nanosec * 1e-9
+    assert sent - wall0 < STALE_S - 0.5, f"the stop went out {sent - wall0:.2f} s after SIGINT"
 
 
 def test_bad_gripper_commands_are_repaired_by_the_simulators_rule_and_logged_once_per_kind(ros_node):

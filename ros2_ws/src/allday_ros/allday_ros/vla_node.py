@@ -18,7 +18,8 @@ that take those (DDS does not order the two across topics: see docs/ros2.md), th
 action).
 Goals end with success when the status reports success, and abort on timeout, ``max_steps``, a policy that
 finished without success, a policy error, or stale input: when any input is older than ``stale_timeout`` the
-node publishes a zero delta and aborts with the reason. ``dry_run`` logs the commands instead of publishing them.
+node publishes a zero delta and aborts with the reason; so does a deactivation or a shutdown (SIGINT/SIGTERM)
+mid-goal. ``dry_run`` logs the commands instead of publishing them.
 Empty or over-long (> 2000 characters) instructions are rejected by the goal callback (reason in the log).
 With ``autostart`` a refused configure (unknown policy, bad checkpoint) exits with code 2.
 Safety status goes to ``/diagnostics`` at 1 Hz.
@@ -37,7 +38,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue  # noqa: E402
-from geometry_msgs.msg import PoseArray, PoseStamped, Twist, TwistStamped  # noqa: E402
+from geometry_msgs.msg import PoseArray, PoseStamped, TwistStamped  # noqa: E402
 from rclpy.action import ActionServer, CancelResponse, GoalResponse  # noqa: E402
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup  # noqa: E402
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn  # noqa: E402
@@ -46,6 +47,7 @@ from sensor_msgs.msg import Image  # noqa: E402
 from std_msgs.msg import Float32, String  # noqa: E402
 
 from agents.core.policy import Policy  # noqa: E402
+from allday_ros.arm_commands import ArmCommander, stop_arm  # noqa: E402
 from allday_ros.arm_observation import ARM_INPUTS, arm_observation  # noqa: E402
 from allday_ros.conversions import ImageFormatError, instruction_problem, msg_to_image, stamp_to_ns  # noqa: E402
 from allday_ros.interfaces import load_interfaces  # noqa: E402
@@ -66,7 +68,7 @@ class _GoalEnded(Exception):
         self.success, self.message, self.how, self.steps = success, message, how, steps
 
 
-class VlaNode(LifecycleNode):
+class VlaNode(ArmCommander, LifecycleNode):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("vla_node", **kwargs)
         p = self.declare_parameter
@@ -299,6 +301,7 @@ class VlaNode(LifecycleNode):
                         self._send_zero("goal canceled")
                         raise _end(False, f"canceled after {step} steps", "canceled", step)
                     if not self._active:
+                        self._send_zero("node deactivated")
                         raise _end(False, f"node deactivated after {step} steps", "abort", step)
                     if now - t0 > timeout:
                         self._send_zero("goal timeout")
@@ -331,58 +334,11 @@ class VlaNode(LifecycleNode):
                 raise _end(False, f"policy finished after {step} steps without success", "abort", step)
             sent = self._send(action.delta, action.gripper, action.phase)
             if sent is None:  # deactivated (or torn down) while the policy was acting: nothing was sent
+                self._send_zero("node deactivated")
                 raise _end(False, f"node deactivated after {step} steps", "abort", step)
             step += 1
             fb = self.ExecuteInstruction.Feedback(subtask=action.phase, step=step, action=[float(v) for v in sent])
             goal_handle.publish_feedback(fb)
-
-    # ---- commands ------------------------------------------------------------------------------
-    def _send(self, delta: Any, gripper: float, phase: str = "") -> list[float] | None:
-        """Clamp and publish one command; returns what was sent ([dx, dy, dz, gripper]), None when the node is no
-        longer active (nothing published)."""
-        from sim.manip.action import sanitize_gripper
-
-        tw = Twist()
-        tw.linear.x, tw.linear.y, tw.linear.z = (float(v) for v in delta)
-        safe, reason = self.safety.clamp(tw, time.monotonic())  # limits only: _run handles staleness itself
-        if reason:
-            self._log_once(self.get_logger(), "clamp-nan" if "non-finite" in reason else "clamp",
-                           f"ee delta {reason} (max_delta {self.safety.limits.max_linear:g} m)")
-        g, fault = sanitize_gripper(gripper)  # the simulator's rule: NaN -> 0 (hold), clamp to [-1, 1]
-        if fault is not None:
-            self._log_once(self.get_logger(), fault.kind, f"gripper command: {fault.detail}")
-        out = [safe.linear.x, safe.linear.y, safe.linear.z, g]
-        if self.safety.dry_run:
-            self.get_logger().info(f"dry_run [{phase}]: delta=({out[0]:+.4f}, {out[1]:+.4f}, {out[2]:+.4f}) m "
-                                   f"gripper={g:+.2f}")
-            return out
-        return out if self._publish_command(out[:3], g) else None
-
-    def _publish_command(self, delta: list[float], gripper: float, stop: bool = False) -> bool:
-        """One command: ``/arm_cmd`` (delta and gripper together), then the standard-topic mirrors.
-
-        Runs under the node's lock, so a lifecycle teardown cannot destroy the publishers half-way; a motion command
-        (not ``stop``) after deactivation is dropped. Returns whether it was published."""
-        with self._cond:
-            pubs = tuple(getattr(self, n, None) for n in ("pub_arm", "pub_gripper", "pub_delta"))
-            if any(p is None for p in pubs) or not (stop or self._active):
-                return False
-            cmd = self.ArmCommand()
-            cmd.header.stamp, cmd.header.frame_id = self.get_clock().now().to_msg(), "world"
-            cmd.delta.x, cmd.delta.y, cmd.delta.z = (float(v) for v in delta)
-            cmd.gripper = float(gripper)
-            tw = TwistStamped()
-            tw.header = cmd.header
-            tw.twist.linear = cmd.delta
-            pubs[0].publish(cmd)
-            pubs[1].publish(Float32(data=cmd.gripper))
-            pubs[2].publish(tw)
-            return True
-
-    def _send_zero(self, reason: str) -> None:
-        self.get_logger().warning(f"{reason}: zero delta")
-        if self.safety is not None and not self.safety.dry_run:
-            self._publish_command([0.0, 0.0, 0.0], 0.0, stop=True)  # gripper 0 holds it as it is
 
     def _publish_diag(self) -> None:
         if self.safety is None or getattr(self, "pub_diag", None) is None:
@@ -401,7 +357,7 @@ class VlaNode(LifecycleNode):
 
 
 def main(args: list[str] | None = None) -> None:
-    run_node(VlaNode, args, "vla_node", on_start=autostart, threads=4)
+    run_node(VlaNode, args, "vla_node", on_start=autostart, threads=4, on_exit=stop_arm)
 
 
 if __name__ == "__main__":
