@@ -15,6 +15,8 @@ from std_msgs.msg import Float32
 
 
 class ArmCommander:
+    """The command side of ``VlaNode`` (a mixin: see the module docstring)."""
+
     def _send(self, delta: Any, gripper: float, phase: str = "") -> list[float] | None:
         """Clamp and publish one command; returns what was sent ([dx, dy, dz, gripper]), None when the node is no
         longer active (nothing published)."""
