@@ -184,6 +184,28 @@ def test_shutdown_sends_zero_velocity(start_node, ros_node):
     assert node.proc.returncode == 0
 
 
+def test_deactivate_sends_zero_velocity_and_stops_acting(start_node, ros_node):
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+
+    start_node("vln_node", "-p", "agent:=forward", "-p", "autostart:=true", "-p", "control_period:=5.0",
+               "-p", "stale_timeout:=5.0")
+    h = Harness(ros_node)
+    h.wait_matched()
+    h.warm()
+    cli = ros_node.create_client(ChangeState, "/vln_node/change_state")
+    assert cli.wait_for_service(timeout_sec=10)
+    t0 = time.monotonic()  # neither staleness (5 s) nor the control period (5 s) can be the cause of a stop
+    fut = cli.call_async(ChangeState.Request(transition=Transition(id=Transition.TRANSITION_DEACTIVATE)))
+    assert spin_until(ros_node, fut.done, timeout=10) and fut.result().success
+    assert spin_until(ros_node, lambda: h.zero_after(t0) is not None, timeout=2.0), "no stop on deactivation"
+    h.settle(0.3)
+    n = len(h.actions)
+    h.feed(0.5)
+    h.settle(0.3)
+    assert len(h.actions) == n, "an inactive node kept acting"
+
+
 def test_bad_control_period_fails_configure(start_node, ros_node):
     node = start_node("vln_node", "-p", "agent:=forward", "-p", "autostart:=true", "-p", "control_period:=0.0")
     assert node.proc.wait(30) == 2   # configure refused: the node exits instead of running unconfigured
