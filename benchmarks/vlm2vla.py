@@ -38,6 +38,8 @@ from vlm2vla_report import write_report  # noqa: E402 - the sibling module (benc
 
 log = logging.getLogger("vlm2vla")
 
+#: robosuite's cameras on the Lift scene with a Panda (the policy's view; the VQA scenes are always agentview)
+CAMERAS = ("agentview", "robot0_eye_in_hand", "frontview", "birdview", "sideview")
 METHODS = {"VLM2VLA": "language", "VLM2VLA-AT": "action_tokens", "binned (OpenVLA-style)": "binned"}
 SMALL_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
                    vision_hidden_size=32, vision_layers=1, vision_heads=2, vision_intermediate_size=64,
@@ -47,11 +49,12 @@ FULL_MODEL = dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, in
                   bpe_vocab_size=700)
 MODES: dict[str, dict[str, Any]] = {
     "quick": dict(image=32, model=SMALL_MODEL, scenes=60, demos=2, pre_steps=80, pre_lr=5e-3, ft_steps=12,
-                  ft_lr=2e-3, ft_schedule="linear", ft_warmup=0, batch=8, episodes=2, max_steps=30),
+                  ft_lr=2e-3, ft_schedule="linear", ft_warmup=0, batch=8, episodes=2, max_steps=30, camera="agentview"),
     # fine-tuning: 1000 steps (~27 epochs of the 600 samples), lr 3e-3, 30 warm-up steps then cosine decay; 300
     # linear steps (the earlier setting: --ft-steps 300 --ft-schedule linear) leave the chunks unparseable
     "full": dict(image=64, model=FULL_MODEL, scenes=600, demos=30, pre_steps=1200, pre_lr=2e-3, ft_steps=1000,
-                 ft_lr=3e-3, ft_schedule="cosine", ft_warmup=30, batch=16, episodes=50, max_steps=40),
+                 ft_lr=3e-3, ft_schedule="cosine", ft_warmup=30, batch=16, episodes=50, max_steps=40,
+                 camera="agentview"),
 }
 
 
@@ -128,8 +131,9 @@ PRETRAIN_KEY = "allday_pretrain_key.json"
 
 
 def pretrain_key(m: dict[str, Any], seed: int) -> dict[str, Any]:
-    """What a pre-trained model depends on: ``--reuse-pretrained`` reuses one only when these match."""
-    keys = ("image", "model", "scenes", "pre_steps", "pre_lr", "batch", "spatial", "grounding")
+    """What a pre-trained model depends on: ``--reuse-pretrained`` reuses one only when these match (``demos``: the
+    tokenizer is trained on the demonstrations' text too; the camera changes no text)."""
+    keys = ("image", "model", "scenes", "pre_steps", "pre_lr", "batch", "spatial", "grounding", "demos")
     return json.loads(json.dumps({"seed": seed, **{k: m.get(k) for k in keys}}, sort_keys=True, default=str))
 
 
@@ -211,7 +215,8 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     m = MODES[mode]
     t0 = time.perf_counter()
     items, train, test = vqa_sets(cache, m, seed, progress)
-    demos = record_robosuite("lift", m["demos"], m["image"], seed=seed, cache_dir=cache, progress=progress)
+    demos = record_robosuite("lift", m["demos"], m["image"], seed=seed, cache_dir=cache, progress=progress,
+                             camera=m["camera"])
     lang = ScriptedRelabeller().relabel_all(demos)
     _stage("data", t0)
     pretrained = out / "pretrained"
@@ -225,7 +230,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     results: dict[str, Any] = {"mode": mode, "seed": seed, "settings": {k: v for k, v in m.items() if k != "model"},
                                "vqa_pretrained": pre, "vqa_majority_baseline": majority_baseline(
         train, test), "vqa_test_questions": len(test), "demos": len(demos), "methods": {}}
-    task = ManipTask(task="lift", image_size=m["image"])
+    task = ManipTask(task="lift", image_size=m["image"], camera=m["camera"])
     seeds = list(range(10_000 + seed, 10_000 + seed + m["episodes"]))  # demos used seeds from `seed` upwards
     try:
         results["blind_replay"] = replay_rollout(mean_trajectory(demos), task, seeds, m["max_steps"], progress)
@@ -287,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="LoRA learning-rate schedule (default: the mode's)")
     p.add_argument("--grounding", action="store_true",
                    help="grounding pre-training (training.vlm.grounding) before the VQA pre-training")
+    p.add_argument("--demos", type=int, default=None, help="Lift demonstrations to fine-tune on (default: the mode's)")
+    p.add_argument("--camera", choices=CAMERAS, default=None,
+                   help="the policy's camera for the demonstrations and the rollouts (the VQA questions stay on "
+                        "agentview scenes; default: agentview)")
     add_pretraining_args(p)
     p.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {', '.join(METHODS)} ('' for the blind reference only; "
@@ -300,9 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) / mode
     for key, val in (("ft_steps", args.ft_steps), ("ft_lr", args.ft_lr), ("ft_schedule", args.ft_schedule),
                      ("grounding", args.grounding or None), ("spatial", args.spatial_prior),
-                     ("pre_steps", args.pre_steps)):
+                     ("pre_steps", args.pre_steps), ("demos", args.demos), ("camera", args.camera)):
         if val is not None:
             MODES[mode][key] = val
+    if args.demos is not None and args.demos < 1:
+        p.error(f"--demos must be >= 1, got {args.demos}")
     methods = None if args.methods is None else [x.strip() for x in args.methods.split(",") if x.strip()]
     unknown = sorted(set(methods or []) - set(METHODS))
     if unknown:

@@ -225,6 +225,21 @@ def test_robosuite_source_records_and_caches(tmp_path, monkeypatch):
     _same(ep, record_robosuite("lift", 1, image_size=32, cache_dir=tmp_path, progress=False)[0])
 
 
+def test_robosuite_source_camera_is_recorded_and_cached_apart(tmp_path):
+    pytest.importorskip("robosuite")
+    from training.vla.data.robosuite_source import record_robosuite
+
+    top = record_robosuite("lift", 1, image_size=32, seed=2, cache_dir=tmp_path, progress=False)[0]
+    wrist = record_robosuite("lift", 1, image_size=32, seed=2, cache_dir=tmp_path, progress=False,
+                             camera="robot0_eye_in_hand")[0]
+    assert top.meta["camera"] == "agentview" and wrist.meta["camera"] == "robot0_eye_in_hand"
+    # same expert, same world: the actions agree, the views do not (a shared cache entry would give equal frames)
+    np.testing.assert_allclose(wrist.deltas, top.deltas, atol=1e-6)
+    assert np.abs(wrist.frames[0].astype(int) - top.frames[0].astype(int)).mean() > 10
+    names = sorted(p.name for p in tmp_path.glob("*.npz"))
+    assert len(names) == 2 and any("robot0_eye_in_hand" in n for n in names)
+
+
 def test_importing_training_vla_is_light():
     import subprocess
     import sys

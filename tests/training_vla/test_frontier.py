@@ -155,3 +155,26 @@ def test_reuse_pretrained_checks_what_the_model_was_pre_trained_with(tmp_path):
         bench.reusable_pretrained(path, m, seed=1)  # would count one pre-training as two draws
     with pytest.raises(ValueError, match="spatial"):
         bench.reusable_pretrained(path, {**m, "spatial": "language"}, seed=0)
+
+
+@pytest.mark.parametrize("argv", [["--demos", "0"], ["--camera", "wristcam"]])
+def test_vlm2vla_rejects_bad_data_options(argv, capsys):
+    """``--demos`` below 1 and a camera robosuite's Lift scene does not have are usage errors, before any work."""
+    with pytest.raises(SystemExit) as exc:
+        _bench().base_bench.main(["--quick", *argv])
+    assert exc.value.code == 2 and ("--demos" in capsys.readouterr().err or argv[0] == "--camera")
+
+
+def test_reuse_pretrained_needs_the_same_demonstrations(tmp_path):
+    """The tiny tokenizer is trained on the demonstrations' text: another ``--demos`` may not reuse the model."""
+    import json
+
+    bench = _bench().base_bench
+    m = dict(bench.MODES["quick"])
+    path = tmp_path / "pretrained"
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    (path / bench.PRETRAIN_KEY).write_text(json.dumps(bench.pretrain_key(m, 0)))
+    assert bench.reusable_pretrained(path, {**m, "camera": "robot0_eye_in_hand"}, seed=0)
+    with pytest.raises(ValueError, match="demos"):
+        bench.reusable_pretrained(path, {**m, "demos": m["demos"] + 1}, seed=0)

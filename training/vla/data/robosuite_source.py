@@ -19,12 +19,14 @@ from training.vla.data.episode import Episode, load_episode, save_episode
 log = logging.getLogger(__name__)
 
 
-def _cache_name(task: str, image_size: int, seed: int, max_step_m: float) -> str:
-    # "world<N>": recorded in the robosuite model built with ManipTaskConfig.model_seed N (earlier caches are not)
+def _cache_name(task: str, image_size: int, seed: int, max_step_m: float, camera: str = "agentview") -> str:
+    # "world<N>": recorded in the robosuite model built with ManipTaskConfig.model_seed N (earlier caches are not);
+    # the default camera keeps the names of earlier caches
     from sim.manip.env import ManipTaskConfig
 
     world = ManipTaskConfig().model_seed
-    return f"{task}_{image_size}px_step{round(max_step_m * 1000)}mm_world{world}_seed{seed}.npz"
+    view = "" if camera == "agentview" else f"_{camera}"
+    return f"{task}_{image_size}px{view}_step{round(max_step_m * 1000)}mm_world{world}_seed{seed}.npz"
 
 
 def record_episode(env: Any, task: str, seed: int, max_steps: int = 200, max_step_m: float = 0.03) -> Episode:
@@ -53,7 +55,8 @@ def record_episode(env: Any, task: str, seed: int, max_steps: int = 200, max_ste
     return Episode(np.stack(frames), np.asarray(deltas, np.float32), np.asarray(grip, np.float32), phases,
                    env.instruction, task,
                    {"source": "robosuite", "seed": int(seed), "success": bool(success), "steps": len(frames),
-                    "objects_initial": objects0, "image_size": int(env.config.image_size)})
+                    "objects_initial": objects0, "image_size": int(env.config.image_size),
+                    "camera": str(env.config.camera)})
 
 
 def _cached(path: Path, max_steps: int) -> Episode | None:
@@ -77,8 +80,9 @@ def _cached(path: Path, max_steps: int) -> Episode | None:
 
 def record_robosuite(task: str, n_episodes: int, image_size: int = 64, seed: int = 0,
                      cache_dir: str | Path | None = None, max_steps: int = 200, max_step_m: float = 0.03,
-                     only_success: bool = True, progress: bool = True) -> list[Episode]:
-    """``n_episodes`` expert demonstrations of ``task`` (seeds ``seed``, ``seed + 1``, ...), cached in ``cache_dir``.
+                     only_success: bool = True, progress: bool = True, camera: str = "agentview") -> list[Episode]:
+    """``n_episodes`` expert demonstrations of ``task`` (seeds ``seed``, ``seed + 1``, ...), cached in ``cache_dir``,
+    seen through robosuite's ``camera`` (``agentview``, ``robot0_eye_in_hand``, ...).
 
     With ``only_success`` failed rollouts are skipped and further seeds tried (at most ``3 * n_episodes`` seeds).
     """
@@ -93,13 +97,13 @@ def record_robosuite(task: str, n_episodes: int, image_size: int = 64, seed: int
     try:
         s = seed
         while len(episodes) < n_episodes and s < seed + 3 * n_episodes:
-            path = cache / _cache_name(task, image_size, s, max_step_m) if cache else None
+            path = cache / _cache_name(task, image_size, s, max_step_m, camera) if cache else None
             ep = _cached(path, max_steps) if path is not None else None
             if ep is None:
                 if env is None:
                     from sim.manip import ManipTask
 
-                    env = ManipTask(task=task, image_size=image_size)
+                    env = ManipTask(task=task, image_size=image_size, camera=camera)
                 ep = record_episode(env, task, s, max_steps, max_step_m)
                 if path is not None:
                     save_episode(ep, path)
