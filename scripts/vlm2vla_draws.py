@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Combine full runs of ``benchmarks/vlm2vla.py`` (one per seed: a *draw*) into one table and plot.
 
-Each argument is a run's ``results.json`` or its ``--out`` folder (``<out>/full/results.json`` is read). Runs with
+Each argument is a run's ``results.json`` or its ``--out`` folder (``<out>/full/results.json`` is read), or several
+runs of one draw joined by ``+`` (methods fine-tuned in parallel processes from the same pre-trained model). Runs with
 different settings are refused (``--allow-mixed`` combines them anyway and lists the differences). Writes a Markdown
 table (per draw and mean +- sd of VQA retention, Lift success free / constrained, malformed rate, the blind floor)
 and a PNG; the last stdout line is one JSON object with the means and how many draws keep the paper's ordering.
@@ -42,6 +43,24 @@ def load_draw(path: Path) -> dict[str, Any]:
     if missing:
         raise ValueError(f"{f}: incomplete results (missing {', '.join(missing)})")
     return res
+
+
+def load_parts(spec: str) -> dict[str, Any]:
+    """One draw from ``spec``: a run (as :func:`load_draw` reads it) or several runs of the same draw joined by
+    ``+`` (each fine-tuned other methods from the same pre-trained model, e.g. ``--methods`` in parallel
+    processes); ``ValueError`` when they are not one draw (seed, settings, pre-trained model) or repeat a method."""
+    parts = [load_draw(Path(x)) for x in spec.split("+")]
+    out = json.loads(json.dumps(parts[0]))
+    for x, r in zip(spec.split("+")[1:], parts[1:]):
+        diff = differing_keys(out["settings"], r["settings"])
+        if r.get("seed") != out.get("seed") or diff or r["vqa_pretrained"] != out["vqa_pretrained"]:
+            what = diff or ["seed" if r.get("seed") != out.get("seed") else "pre-trained model"]
+            raise ValueError(f"{x}: not the same draw as {spec.split('+')[0]} ({', '.join(what)} differ)")
+        twice = sorted(set(out["methods"]) & set(r["methods"]))
+        if twice:
+            raise ValueError(f"{x}: {', '.join(twice)} already in this draw")
+        out["methods"].update(r["methods"])
+    return out
 
 
 def _mean_sd(xs: list[float], pct: bool = False) -> str:
@@ -143,7 +162,9 @@ def plot(s: dict[str, Any], png: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", type=Path, help="results.json files or benchmarks/vlm2vla.py --out folders")
+    p.add_argument("runs", nargs="+",
+                   help="results.json files or benchmarks/vlm2vla.py --out folders, one per draw; join runs of one "
+                        "draw that fine-tuned different --methods with '+' (run_a+run_b)")
     p.add_argument("--labels", default=None, help="comma-separated draw labels (default: each run's seed)")
     p.add_argument("--md", type=Path, default=None, help="write the Markdown table here")
     p.add_argument("--png", type=Path, default=None, help="write the plot here")
@@ -151,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        loaded = [load_draw(r) for r in args.runs]
+        loaded = [load_parts(r) for r in args.runs]
     except ValueError as exc:
         p.error(str(exc))
     labels = (args.labels.split(",") if args.labels else

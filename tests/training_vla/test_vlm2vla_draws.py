@@ -70,3 +70,29 @@ def test_mixed_settings_and_bad_files_are_refused(tmp_path):
     res = _run(str(a), str(part))
     assert res.returncode == 2 and "incomplete results (missing settings, vqa_pretrained" in res.stderr
     assert "usage" in _run("--help").stdout
+
+
+def _split(tmp: Path, src: Path, name: str, methods: list[str], **change) -> Path:
+    """A copy of the draw ``src`` holding only ``methods`` (a run with ``--methods``), with fields changed."""
+    res = json.loads((src / "full" / "results.json").read_text())
+    res["methods"] = {m: v for m, v in res["methods"].items() if m in methods}
+    res.update(change)
+    (tmp / name / "full").mkdir(parents=True)
+    (tmp / name / "full" / "results.json").write_text(json.dumps(res))
+    return tmp / name
+
+
+def test_runs_of_one_draw_are_joined_with_plus(tmp_path):
+    whole = _draw(tmp_path, "s0", (0.7, 0.30, 0.30), (0.6, 0.16, 0.2), 0.40)
+    lang = _split(tmp_path, whole, "lang", ["VLM2VLA"])
+    rest = _split(tmp_path, whole, "rest", ["VLM2VLA-AT", "binned (OpenVLA-style)"])
+    joined, ref = _run(f"{lang}+{rest}"), _run(str(whole))
+    assert joined.returncode == 0, joined.stderr
+    assert joined.stdout == ref.stdout  # the same table and line as the draw run in one process
+    # not one draw: another seed, another pre-trained model, a method twice
+    for bad, why in ((_split(tmp_path, whole, "seed", ["VLM2VLA-AT"], seed=1), "seed"),
+                     (_split(tmp_path, whole, "pre", ["VLM2VLA-AT"], vqa_pretrained={"accuracy": 0.5}),
+                      "pre-trained model"),
+                     (lang, "VLM2VLA already in this draw")):
+        res = _run(f"{lang}+{bad}")
+        assert res.returncode == 2 and why in res.stderr, res.stderr
