@@ -39,7 +39,7 @@ from vlm2vla_report import write_report  # noqa: E402 - the sibling module (benc
 log = logging.getLogger("vlm2vla")
 
 #: robosuite's cameras on the Lift scene with a Panda (the policy's view; the VQA scenes are always agentview)
-CAMERAS = ("agentview", "robot0_eye_in_hand", "frontview", "birdview", "sideview")
+CAMERAS = ("agentview", "robot0_eye_in_hand", "frontview", "birdview", "sideview", "robot0_robotview")
 METHODS = {"VLM2VLA": "language", "VLM2VLA-AT": "action_tokens", "binned (OpenVLA-style)": "binned"}
 SMALL_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
                    vision_hidden_size=32, vision_layers=1, vision_heads=2, vision_intermediate_size=64,

@@ -149,6 +149,11 @@ class ManipTask:
             control_freq=cfg.control_freq, horizon=10**9, ignore_done=True, hard_reset=False,
             reward_shaping=False, seed=cfg.model_seed, **self.spec.env_kwargs,
         )
+        cams = tuple(self.env.sim.model.camera_names)
+        if cfg.render and cfg.camera not in cams:
+            self.env.close()
+            raise ValueError(f"camera {cfg.camera!r} is not in robosuite's {self.spec.env_name} scene; choose from "
+                             f"{', '.join(cams)}")
         if cfg.render and cfg.fast_render:
             self._fast_render()
         self._objects = self._resolve_objects()

@@ -136,6 +136,17 @@ def test_model_seed_makes_the_world_the_same_in_every_build():
         ManipTaskConfig(model_seed=-1)
 
 
+def test_unknown_camera_is_refused_when_the_task_is_built():
+    pytest.importorskip("robosuite", reason="robosuite tasks need the manip extra: pip install -e '.[manip]'")
+    from sim.manip import ManipTask
+
+    with pytest.raises(ValueError, match=r"camera 'wristcam' is not in robosuite's Lift scene; choose from .*"
+                                         r"robot0_eye_in_hand"):
+        ManipTask(task="lift", image_size=32, camera="wristcam")
+    with ManipTask(task="lift", render=False, camera="wristcam") as task:  # no frames, no camera needed
+        assert task.reset(0)["rgb"] is None
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_metres_to_controller_scaling(lift, axis):
     """A commanded 2 cm along one axis moves the hand about 2 cm (tracking mode), and little along the others."""
