@@ -49,7 +49,8 @@ def test_replay_of_a_demo_lifts_and_standing_still_does_not(tmp_path):
     finally:
         task.close()
     assert own["success"] == 1.0 and own["steps"] <= len(ep.deltas) + 2   # the expert's own actions, same seed
-    assert still == {"episodes": 2, "success": 0.0, "steps": 16}           # runs to max_steps, nothing lifted
+    assert own["succeeded"] == [3]                                         # which episodes, for paired comparisons
+    assert still == {"episodes": 2, "success": 0.0, "steps": 16, "succeeded": []}  # runs to max_steps, no lift
 
 
 def test_demonstrations_own_language_lifts_and_a_lossy_codec_does_not(tmp_path):

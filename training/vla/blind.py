@@ -57,8 +57,8 @@ def replay_rollout(traj: Trajectory, task: Any, seeds: Sequence[int], max_steps:
     """Replay ``traj`` open loop in ``task`` (a :class:`sim.manip.ManipTask`) once per seed, for at most
     ``max_steps`` control steps; after the trajectory ends the arm holds still with the last gripper command.
 
-    Returns ``{"episodes", "success", "steps"}`` like :func:`training.vla.evaluate.rollout` (no model, so no
-    malformed outputs and no policy time).
+    Returns ``{"episodes", "success", "steps", "succeeded"}`` like :func:`training.vla.evaluate.rollout` (no model,
+    so no malformed outputs and no policy time).
     """
     _check_max_steps(max_steps)
     n = len(traj.deltas)
@@ -73,7 +73,7 @@ def language_replay_rollout(lang_episodes: Sequence[Any], codec: Any, task: Any,
     (:meth:`training.vla.relabel.LanguageEpisode.chunk`, the paper's merging rule) encoded by ``codec``, decoded
     back and executed open loop from the demonstration's own seed by the policy's executor
     (:func:`agents.vla.policy.expand_chunk`). The demonstrations succeeded; what fails here is lost by merging,
-    centimetre rounding and the executor. Returns ``{"episodes", "success", "steps"}``."""
+    centimetre rounding and the executor. Returns ``{"episodes", "success", "steps", "succeeded"}``."""
     from agents.vla.policy import expand_chunk
 
     _check_max_steps(max_steps)
@@ -99,13 +99,14 @@ def _check_max_steps(max_steps: int) -> None:
 def _open_loop(task: Any, runs: Sequence[tuple[int, Sequence[tuple[np.ndarray, float]]]], desc: str,
                progress: bool) -> dict[str, Any]:
     """Reset ``task`` to each seed and send its ``(delta_m, gripper)`` actions until the task succeeds."""
-    successes, steps = 0, 0
+    succeeded, steps = [], 0
     for seed, actions in tqdm(runs, desc=desc, disable=not progress, leave=False):
         task.reset(seed)
         for delta, grip in actions:
             obs = task.step(delta, grip)
             steps += 1
             if obs["success"]:
-                successes += 1
+                succeeded.append(int(seed))
                 break
-    return {"episodes": len(runs), "success": successes / len(runs) if runs else float("nan"), "steps": steps}
+    return {"episodes": len(runs), "success": len(succeeded) / len(runs) if runs else float("nan"), "steps": steps,
+            "succeeded": succeeded}

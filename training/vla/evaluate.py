@@ -63,12 +63,13 @@ def rollout(policy: Any, task: Any, seeds: list[int], max_steps: int = 60, progr
     An episode ends at success, when the policy says done, after ``max_steps`` control steps, or when the policy
     gives up on malformed output (:class:`agents.vla.VLAGenerationError`, counted in ``gave_up``).
     Returns success rate, malformed-output rate, seconds per action (policy time, resampling included, per executed
-    control step; NaN when none was executed), seconds per generation attempt and per well-formed cycle.
+    control step; NaN when none was executed), seconds per generation attempt and per well-formed cycle, and the
+    seeds whose episode succeeded (``succeeded``: paired comparisons on the same seeds).
     """
     from agents.vla import VLAGenerationError
 
     policy.reset_stats()
-    successes, gave_up, steps_total, policy_s = 0, 0, 0, 0.0
+    succeeded, gave_up, steps_total, policy_s = [], 0, 0, 0.0
     for seed in tqdm(seeds, desc="rollouts", disable=not progress, leave=False):
         obs = task.reset(seed)
         policy.reset()
@@ -87,10 +88,10 @@ def rollout(policy: Any, task: Any, seeds: list[int], max_steps: int = 60, progr
             steps_total += 1
             obs = task.step(a.delta, a.gripper)
             if obs["success"]:
-                successes += 1
+                succeeded.append(int(seed))
                 break
     st = policy.stats.as_dict()
-    return {"episodes": len(seeds), "success": successes / len(seeds), "gave_up": gave_up,
+    return {"episodes": len(seeds), "success": len(succeeded) / len(seeds), "succeeded": succeeded, "gave_up": gave_up,
             "malformed_rate": st["malformed_rate"], "generations": st["generations"], "steps": steps_total,
             "sec_per_action": policy_s / steps_total if steps_total else float("nan"),
             "sec_per_generation": policy_s / st["generations"] if st["generations"] else float("nan"),
