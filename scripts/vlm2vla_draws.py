@@ -49,13 +49,14 @@ def load_parts(spec: str) -> dict[str, Any]:
     """One draw from ``spec``: a run (as :func:`load_draw` reads it) or several runs of the same draw joined by
     ``+`` (each fine-tuned other methods from the same pre-trained model, e.g. ``--methods`` in parallel
     processes); ``ValueError`` when they are not one draw (seed, settings, pre-trained model) or repeat a method."""
-    parts = [load_draw(Path(x)) for x in spec.split("+")]
-    out = json.loads(json.dumps(parts[0]))
-    for x, r in zip(spec.split("+")[1:], parts[1:]):
+    paths = spec.split("+")
+    out = load_draw(Path(paths[0]))  # freshly read: extended in place
+    for x in paths[1:]:
+        r = load_draw(Path(x))
         diff = differing_keys(out["settings"], r["settings"])
         if r.get("seed") != out.get("seed") or diff or r["vqa_pretrained"] != out["vqa_pretrained"]:
             what = diff or ["seed" if r.get("seed") != out.get("seed") else "pre-trained model"]
-            raise ValueError(f"{x}: not the same draw as {spec.split('+')[0]} ({', '.join(what)} differ)")
+            raise ValueError(f"{x}: not the same draw as {paths[0]} ({', '.join(what)} differ)")
         twice = sorted(set(out["methods"]) & set(r["methods"]))
         if twice:
             raise ValueError(f"{x}: {', '.join(twice)} already in this draw")
