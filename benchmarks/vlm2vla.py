@@ -134,7 +134,10 @@ def pretrain_key(m: dict[str, Any], seed: int) -> dict[str, Any]:
     """What a pre-trained model depends on: ``--reuse-pretrained`` reuses one only when these match (``demos``: the
     tokenizer is trained on the demonstrations' text too; the camera changes no text)."""
     keys = ("image", "model", "scenes", "pre_steps", "pre_lr", "batch", "spatial", "grounding", "demos")
-    return json.loads(json.dumps({"seed": seed, **{k: m.get(k) for k in keys}}, sort_keys=True, default=str))
+    key = {"seed": seed, **{k: m.get(k) for k in keys}}
+    if m.get("noise"):  # DART demonstrations have other text; absent when 0, as in keys written before the option
+        key["noise"] = m["noise"]
+    return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 
 def reusable_pretrained(path: Path, m: dict[str, Any], seed: int) -> bool:
@@ -174,7 +177,7 @@ def finetune(method: str, pretrained: Path, lang: list[Any], m: dict[str, Any], 
     torch.manual_seed(seed)
     add_lora(bundle, r=16, alpha=32)
     codec = make_codec(METHODS[method], bundle.tokenizer)
-    samples = build_samples(lang, codec, aux=True)
+    samples = build_samples(lang, codec, aux=True, replan=bool(m.get("replan")))
     s = LoopSettings(out_dir=str(out / f"ft_{METHODS[method]}"), lr=m["ft_lr"], batch_size=m["batch"], grad_accum=1,
                      max_steps=m["ft_steps"], schedule=m["ft_schedule"], warmup_steps=m["ft_warmup"],
                      save_every=10**9, seed=seed, device="cpu", num_threads=1)
@@ -216,7 +219,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     t0 = time.perf_counter()
     items, train, test = vqa_sets(cache, m, seed, progress)
     demos = record_robosuite("lift", m["demos"], m["image"], seed=seed, cache_dir=cache, progress=progress,
-                             camera=m["camera"])
+                             camera=m["camera"], noise_m=float(m.get("noise") or 0.0))
     lang = ScriptedRelabeller().relabel_all(demos)
     _stage("data", t0)
     pretrained = out / "pretrained"
@@ -238,7 +241,8 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
         # one executor setting for the policies and the ceiling; token budgets ~1.5x the longest demonstrated
         # target (subtasks 25, motion 7, chunk 72 tokens)
         policy_cfg = VLAPolicyConfig(max_step_m=0.03, max_tries=3, seed=seed, max_new_tokens_subtasks=40,
-                                     max_new_tokens_motion=12, max_new_tokens_actions=96)
+                                     max_new_tokens_motion=12, max_new_tokens_actions=96,
+                                     replan_steps=int(m.get("replan") or 0))
         results["language_replay"] = language_replay_rollout(
             lang, make_codec("language"), task, policy_cfg.max_step_m, policy_cfg.gripper_steps, m["max_steps"],
             progress)
@@ -296,6 +300,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--camera", choices=CAMERAS, default=None,
                    help="the policy's camera for the demonstrations and the rollouts (the VQA questions stay on "
                         "agentview scenes; default: agentview)")
+    p.add_argument("--demo-noise", type=float, default=None, metavar="M",
+                   help="DART: sd (m) of Gaussian noise on the expert's executed steps while recording the "
+                        "demonstrations (the labels stay the expert's; default 0)")
+    p.add_argument("--replan", type=int, default=None, metavar="K",
+                   help="receding horizon: the language policies plan their subtask again after every K control "
+                        "steps of a chunk, and are fine-tuned on rest-of-step targets from every frame (default 0: "
+                        "each chunk runs to its end, the paper's protocol)")
     add_pretraining_args(p)
     p.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {', '.join(METHODS)} ('' for the blind reference only; "
@@ -307,13 +318,19 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     mode = "quick" if args.quick else "full"
     out = Path(args.out) / mode
-    for key, val in (("ft_steps", args.ft_steps), ("ft_lr", args.ft_lr), ("ft_schedule", args.ft_schedule),
-                     ("grounding", args.grounding or None), ("spatial", args.spatial_prior),
-                     ("pre_steps", args.pre_steps), ("demos", args.demos), ("camera", args.camera)):
-        if val is not None:
-            MODES[mode][key] = val
+    # checked before the overrides below write them into MODES
     if args.demos is not None and args.demos < 1:
         p.error(f"--demos must be >= 1, got {args.demos}")
+    if args.demo_noise is not None and not 0.0 <= args.demo_noise <= 0.05:
+        p.error(f"--demo-noise must be in [0, 0.05] m, got {args.demo_noise}")
+    if args.replan is not None and args.replan < 0:
+        p.error(f"--replan must be >= 0, got {args.replan}")
+    for key, val in (("ft_steps", args.ft_steps), ("ft_lr", args.ft_lr), ("ft_schedule", args.ft_schedule),
+                     ("grounding", args.grounding or None), ("spatial", args.spatial_prior),
+                     ("pre_steps", args.pre_steps), ("demos", args.demos), ("camera", args.camera),
+                     ("noise", args.demo_noise), ("replan", args.replan)):
+        if val is not None:
+            MODES[mode][key] = val
     methods = None if args.methods is None else [x.strip() for x in args.methods.split(",") if x.strip()]
     unknown = sorted(set(methods or []) - set(METHODS))
     if unknown:

@@ -27,6 +27,12 @@ class VLAPolicyConfig:
       allows tokens that keep the text a valid prefix of the level's grammar, so the language codecs always
       produce parseable subtasks / motion plans / chunks. Default False (the paper's protocol: free generation,
       resampled when malformed); not available for the flat ``binned`` codec;
+    - ``replan_steps``: 0 runs each chunk to its end (the paper's protocol); k > 0 plans the current subtask again
+      from the current image after every k control steps of a chunk (receding horizon; at most ``max_replans`` times
+      per subtask, then the chunk runs out; the verifier is asked only when a chunk ends). Policies trained with
+      ``build_samples(..., replan=True)`` have seen the rest-of-step targets this asks for;
+    - ``camera``: the camera the policy was trained on ("" unknown; ``allday train vla`` records the episodes'
+      one camera), so a serving node can refuse images from another view;
     - ``verifier``: a :data:`~agents.core.verifier.VERIFIERS` name; ``max_subtask_retries``: retries of one
       subtask before advancing anyway.
     """
@@ -52,6 +58,9 @@ class VLAPolicyConfig:
     gripper_steps: int = 6
     workspace_lo: tuple[float, float, float] | None = None
     workspace_hi: tuple[float, float, float] | None = None
+    camera: str = ""
+    replan_steps: int = 0
+    max_replans: int = 8
     verifier: str = "always_advance"
     max_subtask_retries: int = 2
     seed: int = 0
@@ -67,6 +76,8 @@ class VLAPolicyConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and 0.0 < v <= 5.0):
                 raise ValueError(f"{name} must be in (0, 5], got {v!r}")
+        if not isinstance(self.camera, str):
+            raise ValueError(f"camera must be a camera name string ('' unknown), got {self.camera!r}")
         if not isinstance(self.constrained, bool):
             raise ValueError(f"constrained must be a bool, got {self.constrained!r}")
         if self.constrained and self.codec == "binned":
@@ -76,6 +87,7 @@ class VLAPolicyConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         ints = {"max_tries": (1, 100), "max_new_tokens_subtasks": (4, 4096), "max_new_tokens_motion": (2, 1024),
                 "max_new_tokens_actions": (4, 8192), "gripper_steps": (1, 100), "max_subtask_retries": (0, 100),
+                "replan_steps": (0, 1000), "max_replans": (0, 1000),
                 "seed": (0, 2**31 - 1)}
         check_ints(self, ints)
         if not (math.isfinite(self.max_step_m) and 0.001 <= self.max_step_m <= 0.1):

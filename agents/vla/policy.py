@@ -63,6 +63,7 @@ class VLAStats:
     chunks: int = 0
     steps: int = 0
     subtask_retries: int = 0
+    replans: int = 0
     generation_s: list[float] = field(default_factory=list)
 
     @property
@@ -73,7 +74,7 @@ class VLAStats:
         g = self.generation_s
         return {"generations": self.generations, "malformed": self.malformed, "malformed_rate": self.malformed_rate,
                 "failures": self.failures, "chunks": self.chunks, "steps": self.steps,
-                "subtask_retries": self.subtask_retries,
+                "subtask_retries": self.subtask_retries, "replans": self.replans,
                 "median_generation_s": float(np.median(g)) if g else float("nan")}
 
 
@@ -137,6 +138,9 @@ class VLAPolicy(Policy):
         self._chunk_start: dict[str, Any] | None = None
         self._instruction: str | None = None
         self._calls = 0
+        self._since_plan = 0  # control steps executed from the current chunk
+        self._replans = 0  # re-plans of the current subtask (replan_steps)
+        self._executed_state = 1.0  # the gripper state the last executed step left (1 open)
 
     def reset_stats(self) -> None:
         self.stats = VLAStats()
@@ -239,14 +243,31 @@ class VLAPolicy(Policy):
             self.reset()
         self._instruction = text
         image = self.prepare_image(obs["rgb"])
+        if self.queue and self._due_replan():
+            self._replan(image, text)
         if not self.queue:
             self._refill(obs, image, text)
         if not self.queue:  # all subtasks done
             return VLAAction((0.0, 0.0, 0.0), state_to_command(self.gripper_state), "done", done=True)
         delta, cmd = self.queue.popleft()
+        self._since_plan += 1
+        self._executed_state = 1.0 if cmd < 0 else 0.0  # the gripper state this step leaves (1 open)
         delta = self._bound(delta, obs)
         self.stats.steps += 1
         return VLAAction(tuple(float(v) for v in delta), float(cmd), self.phase)
+
+    def _due_replan(self) -> bool:
+        cfg = self.config
+        return (self.codec.hierarchical and cfg.replan_steps > 0 and self._since_plan >= cfg.replan_steps
+                and self._replans < cfg.max_replans)
+
+    def _replan(self, image: np.ndarray, text: str) -> None:
+        """Drop the rest of the chunk and plan the same subtask again from ``image`` (receding horizon)."""
+        self.queue.clear()
+        self.gripper_state = self._executed_state  # the dropped steps' gripper changes never happened
+        self._replans += 1
+        self.stats.replans += 1
+        self._plan_and_enqueue(image, text)
 
     def _refill(self, obs: dict[str, Any], image: np.ndarray, text: str) -> None:
         hier = self.codec.hierarchical
@@ -263,15 +284,20 @@ class VLAPolicy(Policy):
             else:
                 self.index += 1
                 self.retries = 0
+                self._replans = 0
             if self.index >= len(self.subtasks):
                 self._chunk_start = None
                 return
+        self._chunk_start = obs
+        self._plan_and_enqueue(image, text)
+
+    def _plan_and_enqueue(self, image: np.ndarray, text: str) -> None:
         t0 = time.perf_counter()
-        self.motion, chunk = self.plan_chunk(image, text, self.phase if hier else None)
+        self.motion, chunk = self.plan_chunk(image, text, self.phase if self.codec.hierarchical else None)
         self.stats.generation_s.append(time.perf_counter() - t0)
         self.stats.chunks += 1
         self.last_chunk = chunk
-        self._chunk_start = obs
+        self._since_plan = 0
         self._enqueue(chunk)
 
     def _bound(self, delta: np.ndarray, obs: Mapping[str, Any]) -> np.ndarray:

@@ -267,3 +267,37 @@ def test_expand_chunk_splits_elements_and_holds_gripper_changes():
     assert [c for _, c in steps] == [-1.0] * 3 + [1.0] * 5          # open, then close (commands -1 / +1)
     np.testing.assert_allclose(steps[-1][0], [0.0, 0.0, 0.01])
     assert steps[0][0] is not steps[1][0]                            # no aliased arrays in the queue
+
+
+def test_replan_steps_plan_the_subtask_again_mid_chunk(steered):
+    _, b = steered
+    cfg = VLAPolicyConfig(max_step_m=0.01, gripper_steps=3, replan_steps=1, max_replans=2)
+    pol = VLAPolicy(b, cfg)
+    acts = run(pol)
+    desc = [a for a in acts if a.phase == "descend"]
+    lift = [a for a in acts if a.phase == "lift"]
+    # descend (-3 cm in 1 cm steps): one step, re-plan, one step, re-plan, then the third chunk runs out
+    assert len(desc) == 1 + 1 + 3 and np.allclose(sum(a.delta[2] for a in desc), -0.05)
+    # lift: one close step, then the re-planned chunks' close is no change any more (1 step, not gripper_steps)
+    assert len(lift) == 1 + 1 + (1 + 4) and np.allclose(sum(a.delta[2] for a in lift), 0.04)
+    assert all(a.gripper == 1 for a in lift) and acts[-1].done
+    assert pol.stats.replans == 4 and pol.stats.chunks == 6
+    # the paper's protocol (the default) never re-plans
+    plain = VLAPolicy(b, VLAPolicyConfig(max_step_m=0.01, gripper_steps=3))
+    run(plain)
+    assert plain.stats.replans == 0 and plain.stats.chunks == 2
+    with pytest.raises(ValueError, match="replan_steps"):
+        VLAPolicyConfig(replan_steps=-1)
+
+
+def test_replan_drops_gripper_changes_that_were_not_executed(steered, monkeypatch):
+    _, b = steered
+    pol = VLAPolicy(b, VLAPolicyConfig(max_step_m=0.01, gripper_steps=3, replan_steps=1, max_replans=1))
+    monkeypatch.setattr(pol, "plan_subtasks", lambda image, instruction: ["descend"])
+    # descend 2 cm, then close: the re-plan after the first step must still see an open gripper
+    monkeypatch.setattr(pol, "plan_chunk", lambda image, instruction, subtask: (
+        "move down", np.array([[0.0, 0.0, -2.0, 1.0], [0.0, 0.0, 0.0, 0.0]])))
+    acts = run(pol)
+    grips = [a.gripper for a in acts if not a.done]
+    # 1 step, re-plan: 2 descend steps + the close held gripper_steps (3) steps
+    assert grips == [-1, -1, -1, 1, 1, 1] and pol.gripper_state == 0.0

@@ -247,6 +247,34 @@ def test_stale_input_zeroes_and_aborts(arm):
         "no zero delta on stale input"
 
 
+def test_images_from_another_camera_are_dropped_and_the_goal_stops(start_node, ros_node):
+    """``camera_frame_id``: a policy trained on the wrist camera is never fed the agentview images."""
+    from sensor_msgs.msg import Image
+
+    env = node_env()
+    sim = start_node("manip_sim_node", "-p", "task:=lift", "-p", "image_size:=32", "-p", "seed:=3", env=env)
+    vla = start_node("vla_node", "-p", "policy:=scripted_lift", "-p", "stale_timeout:=1.0",
+                     "-p", "camera_frame_id:=robot0_eye_in_hand_camera", env=env)
+    frames: list[str] = []
+    deltas: list = []
+    ros_node.create_subscription(Image, "/camera/color/image_raw", lambda m: frames.append(m.header.frame_id), 10)
+    ros_node.create_subscription(ArmCommand, "/arm_cmd", deltas.append, 200)
+    assert spin_until(ros_node, lambda: bool(frames) or sim.proc.poll() is not None, timeout=60), "no images"
+    assert frames[-1] == "agentview_camera"  # the simulator names its camera in the frame
+    assert change_state(ros_node, Transition.TRANSITION_CONFIGURE)
+    assert change_state(ros_node, Transition.TRANSITION_ACTIVATE)
+    client = ActionClient(ros_node, ExecuteInstruction, "/vla/execute_instruction")
+    assert client.wait_for_server(timeout_sec=20)
+    goal = Goal(ros_node, client, "pick up the red cube", timeout_s=30.0)
+    assert goal.accepted
+    status, result = goal.result(timeout=20)
+    assert status == GoalStatus.STATUS_ABORTED and "stale" in result.message and "camera" in result.message
+    assert result.steps == 0 and all(_is_zero(d) for d in deltas)  # the arm never moved
+    client.destroy()
+    out = vla.stop()
+    assert out.count("dropped camera image from frame 'agentview_camera'") == 1, out[-2000:]  # logged once
+
+
 def test_dry_run_and_lifecycle_teardown(arm):
     node = arm["node"]
     assert change_state(node, Transition.TRANSITION_DEACTIVATE)

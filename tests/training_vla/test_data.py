@@ -240,6 +240,28 @@ def test_robosuite_source_camera_is_recorded_and_cached_apart(tmp_path):
     assert len(names) == 2 and any("robot0_eye_in_hand" in n for n in names)
 
 
+def test_robosuite_source_dart_noise(tmp_path):
+    pytest.importorskip("robosuite")
+    from training.vla.data.robosuite_source import record_robosuite
+
+    clean = record_robosuite("lift", 1, image_size=32, seed=3, cache_dir=tmp_path, progress=False)[0]
+    noisy = record_robosuite("lift", 1, image_size=32, seed=3, cache_dir=tmp_path, progress=False, noise_m=0.01)[0]
+    assert noisy.meta["noise_m"] == 0.01 and clean.meta["noise_m"] == 0.0 and noisy.meta["success"]
+    # the executed path left the expert's, so the labelled corrections differ; the labels stay the expert's
+    # (within its step limit, the phases in order)
+    assert len(noisy) != len(clean) or not np.allclose(noisy.deltas, clean.deltas, atol=1e-3)
+    assert np.abs(noisy.deltas).max() <= 0.03 + 1e-6
+    assert [s[0] for s in noisy.segments()] == ["move above", "descend", "grasp", "lift"]
+    names = sorted(p.name for p in tmp_path.glob("*.npz"))
+    assert len(names) == 2 and any("_dart10mm_" in n for n in names)
+    # seeded: recording again without the cache gives the same demonstration
+    again = record_robosuite("lift", 1, image_size=32, seed=3, cache_dir=None, progress=False, noise_m=0.01)[0]
+    np.testing.assert_allclose(again.deltas, noisy.deltas)
+    for bad in (-0.01, 0.5, float("nan")):
+        with pytest.raises(ValueError, match="noise_m"):
+            record_robosuite("lift", 1, image_size=32, cache_dir=tmp_path, progress=False, noise_m=bad)
+
+
 def test_importing_training_vla_is_light():
     import subprocess
     import sys

@@ -158,9 +158,12 @@ def test_reuse_pretrained_checks_what_the_model_was_pre_trained_with(tmp_path):
 
 
 @pytest.mark.parametrize("argv, why", [(["--demos", "0"], "--demos must be >= 1, got 0"),
-                                       (["--camera", "wristcam"], "argument --camera: invalid choice: 'wristcam'")])
+                                       (["--camera", "wristcam"], "argument --camera: invalid choice: 'wristcam'"),
+                                       (["--demo-noise", "0.2"], "--demo-noise must be in [0, 0.05] m, got 0.2"),
+                                       (["--replan", "-1"], "--replan must be >= 0, got -1")])
 def test_vlm2vla_rejects_bad_data_options(argv, why, capsys):
-    """``--demos`` below 1 and a camera robosuite's Lift scene does not have are usage errors, before any work."""
+    """``--demos`` below 1, a camera robosuite's Lift scene does not have, DART noise out of range and a negative
+    re-plan period are usage errors, before any work."""
     with pytest.raises(SystemExit) as exc:
         _bench().base_bench.main(["--quick", *argv])
     assert exc.value.code == 2 and why in capsys.readouterr().err
@@ -179,3 +182,7 @@ def test_reuse_pretrained_needs_the_same_demonstrations(tmp_path):
     assert bench.reusable_pretrained(path, {**m, "camera": "robot0_eye_in_hand"}, seed=0)
     with pytest.raises(ValueError, match="demos"):
         bench.reusable_pretrained(path, {**m, "demos": m["demos"] + 1}, seed=0)
+    # DART demonstrations have other text too; re-planning changes no pre-training
+    assert bench.reusable_pretrained(path, {**m, "noise": 0.0, "replan": 2}, seed=0)
+    with pytest.raises(ValueError, match="noise"):
+        bench.reusable_pretrained(path, {**m, "noise": 0.01}, seed=0)

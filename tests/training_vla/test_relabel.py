@@ -189,3 +189,29 @@ def test_action_token_text_encoding(bundle):
     assert [t for t in ids if t in at.digit_ids] == [at.digit_ids[d] for d in (1, 0, 5, 3, 0, 7, 2)]
     assert at.to_text(ids) == "[10.5, -3.0, 7.2]"
     assert at.encode_text("[[1.0, 0.0, 0.0, 1]]") == at.encode(np.array([[1.0, 0.0, 0.0, 1.0]]))
+
+
+def test_rest_of_a_step_and_replan_samples(bundle):
+    ep = lift_like_episode()
+    le = ScriptedRelabeller().relabel(ep)  # steps (0,3) (3,6) (6,9) (9,11)
+    # from the step's first frame the rest is the whole step
+    np.testing.assert_allclose(le.rest(0, 0)[0], le.chunk(0)[0])
+    assert le.rest(0, 0)[1] == le.steps[0].motion
+    # mid-step: the merge of the remaining deltas, its own motion plan; the close is already done mid-grasp
+    rest, motion = le.rest(1, 4)
+    np.testing.assert_allclose(rest[:, :3].sum(axis=0), ep.deltas[4:6].sum(axis=0) * 100, atol=1e-6)
+    assert motion == "move down" and le.chunk(1, 4)[1][0][0] == 4
+    assert le.rest(2, 7)[1] != le.steps[2].motion  # "close the gripper" only where the gripper changes
+    with pytest.raises(ValueError, match="outside step 1"):
+        le.chunk(1, 6)
+    codec = make_codec("language", bundle.tokenizer)
+    base = build_samples([le], codec, aux=False)
+    more = build_samples([le], codec, aux=False, replan=True)
+    # every frame after a step's first adds a motion and an action sample: 2 + 2 + 2 + 1 frames
+    assert len(more) == len(base) + 2 * 7
+    acts = [s for s in more if s.kind == "action" and np.array_equal(s.image, ep.frames[4])]
+    assert len(acts) == 1 and "motion: move down" in acts[0].prompt
+    np.testing.assert_allclose(parse_chunk(acts[0].target), rest, atol=0.051)
+    key = [(s.prompt, s.target, s.kind) for s in base]  # the step-start samples are all kept
+    assert all(k in [(s.prompt, s.target, s.kind) for s in more] for k in key)
+    assert sum(s.kind == "action" for s in more) == 4 + 7

@@ -165,7 +165,8 @@ def test_config_validation_and_overrides(tmp_path):
     assert VLATrainConfig().lora_r == 16 and VLATrainConfig().lora_alpha == 32
     for bad, field in [({"codec": "rt2"}, "codec"), ({"lr": -1}, "lr"), ({"lora_r": 0}, "lora_r"),
                        ({"data": []}, "data"), ({"adam_betas": [0.9]}, "adam_betas"),
-                       ({"relabeller": "x"}, "relabeller"), ({"device": "tpu"}, "device")]:
+                       ({"relabeller": "x"}, "relabeller"), ({"device": "tpu"}, "device"),
+                       ({"replan_samples": 1}, "replan_samples")]:
         with pytest.raises(ValueError, match=field):
             VLATrainConfig.from_dict(bad)
     with pytest.raises(ValueError, match="unknown VLATrainConfig keys"):
@@ -183,7 +184,10 @@ def test_config_validation_and_overrides(tmp_path):
 
 def test_train_vla_command_end_to_end_and_resume(tiny_base, tmp_path, capsys):
     """``allday train vla`` on a folder dataset: policy directory, summary, checkpoints; --resume continues."""
-    data = write_folder([lift_like_episode(0), lift_like_episode(1)], tmp_path / "data")
+    eps = [lift_like_episode(0), lift_like_episode(1)]
+    for ep in eps:
+        ep.meta["camera"] = "robot0_eye_in_hand"  # the folder format keeps extra meta keys
+    data = write_folder(eps, tmp_path / "data")
     cfg = {"model": str(tiny_base), "codec": "action_tokens", "data": [{"source": "folder", "path": str(data)}],
            "lr": 3e-3, "batch_size": 4, "grad_accum": 1, "max_steps": 4, "save_every": 2, "num_threads": 1,
            "device": "cpu", "aux_samples": False}
@@ -200,6 +204,20 @@ def test_train_vla_command_end_to_end_and_resume(tiny_base, tmp_path, capsys):
     pol = load_policy(tmp_path / "run" / "policy")
     assert pol.codec.name == "action_tokens" and pol.bundle.adapter is not None
     assert pol.codec.digit_ids == make_codec("action_tokens", pol.bundle.tokenizer).digit_ids
+    assert pol.config.camera == "robot0_eye_in_hand"  # recorded from the episodes for the serving node
+
+
+def test_training_camera_is_the_episodes_one_camera(caplog):
+    from training.vla.train import training_camera
+
+    a, b, c = lift_like_episode(0), lift_like_episode(1), lift_like_episode(2)
+    a.meta["camera"] = b.meta["camera"] = "agentview"
+    assert training_camera([a, b]) == "agentview"
+    assert training_camera([c]) == ""  # not recorded
+    c.meta["camera"] = "robot0_eye_in_hand"
+    assert training_camera([a, c]) == "" and "several cameras" in caplog.text
+    with pytest.raises(ValueError, match="camera"):
+        VLAPolicyConfig(camera=None)
 
 
 def test_cli_help_and_bad_config(tmp_path):

@@ -91,6 +91,8 @@ class VLATrainConfig(LoopSettings):
         {"source": "robosuite", "tasks": ["lift"], "episodes": 4, "image_size": 64}])
     relabeller: str = "scripted"
     aux_samples: bool = True
+    #: also train on rest-of-step targets from every frame (for policies served with ``replan_steps`` > 0)
+    replan_samples: bool = False
     # LoRA (peft); lora_targets "" = the family's language-model-only regex (all linear layers)
     lora_r: int = 16
     lora_alpha: float = 32.0
@@ -110,6 +112,9 @@ class VLATrainConfig(LoopSettings):
         if not isinstance(self.data, list) or not self.data or not all(
                 isinstance(d, dict) and "source" in d for d in self.data):
             raise ValueError(f"data must be a non-empty list of mappings with a 'source' key, got {self.data!r}")
+        for name in ("aux_samples", "replan_samples"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         check_ints(self, {"lora_r": (1, 1024), "tiny_image_size": (16, 1024)})
         check_numbers(self, {"lora_alpha": (1e-6, 1e6), "lora_dropout": (0.0, 0.9)})
 

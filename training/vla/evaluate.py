@@ -63,8 +63,9 @@ def rollout(policy: Any, task: Any, seeds: list[int], max_steps: int = 60, progr
     An episode ends at success, when the policy says done, after ``max_steps`` control steps, or when the policy
     gives up on malformed output (:class:`agents.vla.VLAGenerationError`, counted in ``gave_up``).
     Returns success rate, malformed-output rate, seconds per action (policy time, resampling included, per executed
-    control step; NaN when none was executed), seconds per generation attempt and per well-formed cycle, and the
-    seeds whose episode succeeded (``succeeded``: paired comparisons on the same seeds).
+    control step; NaN when none was executed), seconds per generation attempt and per well-formed cycle, the
+    policy's mid-chunk re-plans (``replans``) and the seeds whose episode succeeded (``succeeded``: paired
+    comparisons on the same seeds).
     """
     from agents.vla import VLAGenerationError
 
@@ -95,5 +96,5 @@ def rollout(policy: Any, task: Any, seeds: list[int], max_steps: int = 60, progr
             "malformed_rate": st["malformed_rate"], "generations": st["generations"], "steps": steps_total,
             "sec_per_action": policy_s / steps_total if steps_total else float("nan"),
             "sec_per_generation": policy_s / st["generations"] if st["generations"] else float("nan"),
-            "policy_s": policy_s,
+            "policy_s": policy_s, "replans": st.get("replans", 0),
             "sec_per_cycle": float(np.median(policy.stats.generation_s)) if policy.stats.generation_s else float("nan")}

@@ -8,6 +8,8 @@ p(a_i, m_i, l_i | o_i, L), one prompt template each (:mod:`agents.vla.prompts`, 
 * (o_i, L, l_i) -> the motion plan m_i;
 * (o_i, L, l_i, m_i) -> the action chunk a_i, encoded by the codec (text, or token ids for action tokens);
 
+with ``replan``, the same two prompts from every later frame of a step, targeting the rest of the step (its motion
+plan and chunk: what a policy planning again mid-step, ``VLAPolicyConfig.replan_steps``, has left to do);
 plus, with ``aux``, the paper's auxiliary samples: subtask completion (o after step i -> "yes", o before it ->
 "no", with the verifier prompt the policy uses) and sideways movement (left / right / none). The paper's
 completion question shows two images (before, after); the tiny models take one, so each image is asked alone.
@@ -45,7 +47,7 @@ class Sample:
             raise ValueError(f"sample ({self.kind}) needs a non-empty prompt and target")
 
 
-def build_samples(lang: list[LanguageEpisode], codec: Any, aux: bool = True) -> list[Sample]:
+def build_samples(lang: list[LanguageEpisode], codec: Any, aux: bool = True, replan: bool = False) -> list[Sample]:
     """All samples of ``lang`` for ``codec`` (see the module docstring)."""
     from agents.vla.action_language import format_subtasks
     from agents.vla.prompts import actions_prompt, motion_prompt, subtasks_prompt, verify_prompt
@@ -65,6 +67,11 @@ def build_samples(lang: list[LanguageEpisode], codec: Any, aux: bool = True) -> 
             out.append(Sample(img, motion_prompt(instr, st.subtask), st.motion, "motion"))
             chunk, _ = le.chunk(i)
             out.append(Sample(img, actions_prompt(instr, st.subtask, st.motion), codec.encode(chunk), "action"))
+            for t in range(st.start + 1, st.end) if replan else ():
+                rest, motion = le.rest(i, t)
+                out.append(Sample(ep.frames[t], motion_prompt(instr, st.subtask), motion, "motion"))
+                out.append(Sample(ep.frames[t], actions_prompt(instr, st.subtask, motion), codec.encode(rest),
+                                  "action"))
             if aux:
                 out.append(Sample(img, verify_prompt(instr, st.subtask), "no", "completion"))
                 if st.end < len(ep):

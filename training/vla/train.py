@@ -113,6 +113,14 @@ def load_episodes_for(cfg: VLATrainConfig) -> list[Any]:
     return episodes
 
 
+def training_camera(episodes: list[Any]) -> str:
+    """The one camera the episodes were recorded through (their ``meta["camera"]``), "" when unknown or mixed."""
+    cams = {str(ep.meta.get("camera", "")) for ep in episodes}
+    if len(cams) > 1:
+        log.warning("the episodes come from several cameras %s: the policy records none", sorted(cams))
+    return cams.pop() if len(cams) == 1 else ""
+
+
 def run_training(cfg: VLATrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run one training job (see the module docstring); returns a summary dict (also ``<out>/summary.json``)."""
     from agents.vla.codecs import make_codec
@@ -132,14 +140,17 @@ def run_training(cfg: VLATrainConfig, resume: bool = False, progress: bool = Tru
         base = build_base(cfg, out, sample_corpus(lang), resume=resume)
     bundle = load_vlm(base)
     codec = make_codec(cfg.codec, bundle.tokenizer)
-    samples = build_samples(lang, codec, cfg.aux_samples)
+    samples = build_samples(lang, codec, cfg.aux_samples, cfg.replan_samples)
     add_lora(bundle, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets)
+
+    camera = training_camera(episodes)
 
     def save_final(model: Any, out_dir: Path, step: int) -> None:
         from agents.vla import VLAPolicy, VLAPolicyConfig, save_policy
 
         bundle.model = model
-        save_policy(VLAPolicy(bundle, VLAPolicyConfig(codec=cfg.codec), codec=codec), out_dir / "policy")
+        save_policy(VLAPolicy(bundle, VLAPolicyConfig(codec=cfg.codec, camera=camera), codec=codec),
+                    out_dir / "policy")
 
     res = fit(bundle, samples, LoopSettings.from_config(cfg), resume=resume, progress=progress,
               save_final=save_final, max_length=cfg.max_length)

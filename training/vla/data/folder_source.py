@@ -6,7 +6,8 @@ Layout::
       episode_0000/
         meta.json       {"instruction": "pick up the red cube", "task": "lift",          # task optional
                          "phases": ["reach", "reach", ...],                               # optional, T labels
-                         "units": "m"}                                                    # optional, "m" or "cm"
+                         "units": "m",                                                    # optional, "m" or "cm"
+                         "camera": "wrist"}                           # optional; recorded in the trained policy
         frames/000000.png, 000001.png, ...   (T RGB frames, all the same size; frame t is seen before action t)
         actions.npz     deltas: T x 3 float (end-effector displacement per step, base frame +x fwd +y left +z up)
                         gripper: T float (-1 open .. +1 close)

@@ -25,7 +25,8 @@ def _keys(spec: dict[str, Any], allowed: set[str], required: set[str]) -> None:
 def _robosuite(spec: dict[str, Any]) -> list[Episode]:
     from training.vla.data.robosuite_source import record_robosuite
 
-    _keys(spec, {"tasks", "episodes", "image_size", "seed", "cache_dir", "max_steps", "max_step_m", "camera"},
+    _keys(spec, {"tasks", "episodes", "image_size", "seed", "cache_dir", "max_steps", "max_step_m", "camera",
+                 "noise_m"},
           {"tasks"})
     tasks = spec["tasks"]
     if isinstance(tasks, str):
@@ -35,7 +36,8 @@ def _robosuite(spec: dict[str, Any]) -> list[Episode]:
         out += record_robosuite(task, int(spec.get("episodes", 10)), int(spec.get("image_size", 64)),
                                 int(spec.get("seed", 0)), spec.get("cache_dir", "runs/vla_cache"),
                                 int(spec.get("max_steps", 200)), float(spec.get("max_step_m", 0.03)),
-                                camera=str(spec.get("camera", "agentview")))
+                                camera=str(spec.get("camera", "agentview")),
+                                noise_m=float(spec.get("noise_m", 0.0)))
     return out
 
 

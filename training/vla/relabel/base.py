@@ -70,15 +70,29 @@ class LanguageEpisode:
         s = self.steps[i]
         return self.episode.actions()[s.start:s.end]
 
-    def chunk(self, i: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    def chunk(self, i: int, start: int | None = None) -> tuple[np.ndarray, list[tuple[int, int]]]:
         """The action chunk of step ``i`` by the paper's merging rule: ``(K x 4 [dx, dy, dz] cm + g (1 open,
-        0 closed), element spans as episode frame indices)`` (:func:`agents.vla.action_language.merge_deltas`)."""
+        0 closed), element spans as episode frame indices)`` (:func:`agents.vla.action_language.merge_deltas`);
+        ``start`` (a frame inside the step): the rest of the step from that frame (what a policy that plans again
+        mid-step has left to do)."""
         from agents.vla.action_language import gripper_states, merge_deltas
 
         s = self.steps[i]
+        a0 = s.start if start is None else int(start)
+        if not s.start <= a0 < s.end:
+            raise ValueError(f"start {a0} is outside step {i} (frames {s.start}..{s.end - 1})")
         states = gripper_states(self.episode.gripper, initial=1.0)
-        chunk, spans = merge_deltas(self.episode.deltas[s.start:s.end], states[s.start:s.end])
-        return chunk, [(s.start + a, s.start + b) for a, b in spans]
+        chunk, spans = merge_deltas(self.episode.deltas[a0:s.end], states[a0:s.end])
+        return chunk, [(a0 + a, a0 + b) for a, b in spans]
+
+    def rest(self, i: int, start: int) -> tuple[np.ndarray, str]:
+        """``(chunk, motion plan)`` of the rest of step ``i`` from frame ``start`` (the motion plan described as the
+        relabeller describes a whole step's)."""
+        from agents.vla.action_language import gripper_states, motion_plan
+
+        chunk, _ = self.chunk(i, start)
+        before = float(gripper_states(self.episode.gripper, initial=1.0)[start - 1]) if start > 0 else 1.0
+        return chunk, motion_plan(chunk, previous_gripper=before)
 
 
 class Relabeller(ABC):

@@ -3,7 +3,8 @@
 Publishes, after every step and re-published at ``publish_rate`` (same stamp, so consumers can tell a new
 state from a repeat):
 
-* ``/camera/color/image_raw`` (sensor_msgs/Image, rgb8, the ``agentview`` camera),
+* ``/camera/color/image_raw`` (sensor_msgs/Image, rgb8, the ``camera`` parameter's view, default ``agentview``;
+  ``header.frame_id`` ``<camera>_camera`` unless ``camera_frame_id`` says otherwise),
 * ``/ee_pose`` (geometry_msgs/PoseStamped, world frame, metres),
 * ``/object_poses`` (geometry_msgs/PoseArray, world frame; order = ``objects`` in the status),
 * ``/manip/status`` (std_msgs/String JSON: task, step, phase, success, grasped, gripper, objects, instruction,
@@ -69,7 +70,7 @@ class ManipSimNode(Node):
         p("max_delta", 0.05)           # m per axis per step
         p("publish_rate", 10.0)        # Hz re-publication of the current state (keeps watchdogs fed)
         p("frame_id", "world")
-        p("camera_frame_id", "agentview_camera")
+        p("camera_frame_id", "")       # the images' header.frame_id ("": <camera>_camera)
         p("command_input", "arm_cmd")  # arm_cmd (/arm_cmd, delta + gripper together) | twist_pair (see above)
         self._log_once = LogOnce()
         g = lambda k: self.get_parameter(k).value  # noqa: E731
@@ -132,8 +133,8 @@ class ManipSimNode(Node):
     def _publish(self) -> None:
         o, stamp, frame = self._obs, self._stamp, str(self.get_parameter("frame_id").value)
         if o.get("rgb") is not None:
-            self.pub_rgb.publish(image_to_msg(o["rgb"], "rgb8", stamp=stamp,
-                                              frame_id=str(self.get_parameter("camera_frame_id").value)))
+            cam_frame = str(self.get_parameter("camera_frame_id").value) or f"{self.task.config.camera}_camera"
+            self.pub_rgb.publish(image_to_msg(o["rgb"], "rgb8", stamp=stamp, frame_id=cam_frame))
         ee = PoseStamped()
         ee.header.stamp, ee.header.frame_id = stamp, frame
         ee.pose = _pose(o["ee_pos"], o["ee_quat"])

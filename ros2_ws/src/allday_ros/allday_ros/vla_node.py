@@ -21,6 +21,10 @@ finished without success, a policy error, or stale input: when any input is olde
 node publishes a zero delta and aborts with the reason; so does a deactivation or a shutdown (SIGINT/SIGTERM)
 mid-goal. ``dry_run`` logs the commands instead of publishing them.
 Empty or over-long (> 2000 characters) instructions are rejected by the goal callback (reason in the log).
+``camera_frame_id`` (default "": any) names the camera the policy must see: images with another
+``header.frame_id`` are dropped (logged once per frame), so a policy is never fed another view (a running goal
+then aborts on a stale camera). A learned policy's training camera (``VLAPolicyConfig.camera``) is logged at
+configure.
 With ``autostart`` a refused configure (unknown policy, bad checkpoint) exits with code 2.
 Safety status goes to ``/diagnostics`` at 1 Hz.
 """
@@ -81,9 +85,11 @@ class VlaNode(ArmCommander, LifecycleNode):
         p("default_max_steps", 300)    # goals with max_steps <= 0
         p("stop_on_policy_done", True)  # abort when the policy reports phase "done" without success
         p("autostart", False)          # configure + activate at start-up
+        p("camera_frame_id", "")       # accept only images with this header.frame_id ("": any)
         self.ExecuteInstruction = load_interfaces().ExecuteInstruction
         self.ArmCommand = load_interfaces("msg").ArmCommand
         self._log_once = LogOnce()
+        self._camera_frame = ""  # set at configure from camera_frame_id
         self._cond = threading.Condition()
         self._active = False
         self._goal_running = False
@@ -126,7 +132,11 @@ class VlaNode(ArmCommander, LifecycleNode):
             self.create_subscription(String, "/manip/status", self._on_status, STATUS_QOS, callback_group=cg),
         ]
         self._timers = [self.create_timer(1.0, self._publish_diag, callback_group=cg)]
-        self.get_logger().info(f"configured policy={g('policy')} max_delta={max_delta} dry_run={g('dry_run')}")
+        self._camera_frame = str(g("camera_frame_id"))
+        trained_on = getattr(getattr(self.policy, "config", None), "camera", "")
+        self.get_logger().info(f"configured policy={g('policy')} max_delta={max_delta} dry_run={g('dry_run')}"
+                               + (f" trained_on_camera={trained_on}" if trained_on else "")
+                               + (f" camera_frame_id={self._camera_frame}" if self._camera_frame else ""))
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -183,6 +193,12 @@ class VlaNode(ArmCommander, LifecycleNode):
             self._cond.notify_all()
 
     def _on_image(self, msg: Image) -> None:
+        want = self._camera_frame
+        if want and msg.header.frame_id != want:
+            self._log_once(self.get_logger(), f"frame-{msg.header.frame_id}",
+                           f"dropped camera image from frame {msg.header.frame_id!r}: this policy takes "
+                           f"camera_frame_id {want!r}")
+            return
         try:
             rgb = msg_to_image(msg, expected_encoding="rgb8")
         except ImageFormatError as exc:
