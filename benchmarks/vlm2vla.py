@@ -177,7 +177,7 @@ def finetune(method: str, pretrained: Path, lang: list[Any], m: dict[str, Any], 
     torch.manual_seed(seed)
     add_lora(bundle, r=16, alpha=32)
     codec = make_codec(METHODS[method], bundle.tokenizer)
-    samples = build_samples(lang, codec, aux=True, replan=bool(m.get("replan")))
+    samples = build_samples(lang, codec, aux=True, replan=bool(m.get("replan") or m.get("replan_samples")))
     s = LoopSettings(out_dir=str(out / f"ft_{METHODS[method]}"), lr=m["ft_lr"], batch_size=m["batch"], grad_accum=1,
                      max_steps=m["ft_steps"], schedule=m["ft_schedule"], warmup_steps=m["ft_warmup"],
                      save_every=10**9, seed=seed, device="cpu", num_threads=1)
@@ -216,6 +216,8 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
 
     torch.set_num_threads(1)
     m = MODES[mode]
+    if m.get("verifier") == "sim_state":
+        import sim.manip.verifier  # noqa: F401 - registers the privileged "sim_state" verifier
     t0 = time.perf_counter()
     items, train, test = vqa_sets(cache, m, seed, progress)
     demos = record_robosuite("lift", m["demos"], m["image"], seed=seed, cache_dir=cache, progress=progress,
@@ -242,7 +244,8 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
         # target (subtasks 25, motion 7, chunk 72 tokens)
         policy_cfg = VLAPolicyConfig(max_step_m=0.03, max_tries=3, seed=seed, max_new_tokens_subtasks=40,
                                      max_new_tokens_motion=12, max_new_tokens_actions=96,
-                                     replan_steps=int(m.get("replan") or 0))
+                                     replan_steps=int(m.get("replan") or 0),
+                                     verifier=m.get("verifier") or "always_advance")
         results["language_replay"] = language_replay_rollout(
             lang, make_codec("language"), task, policy_cfg.max_step_m, policy_cfg.gripper_steps, m["max_steps"],
             progress)
@@ -307,6 +310,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="receding horizon: the language policies plan their subtask again after every K control "
                         "steps of a chunk, and are fine-tuned on rest-of-step targets from every frame (default 0: "
                         "each chunk runs to its end, the paper's protocol)")
+    p.add_argument("--replan-samples", action="store_true",
+                   help="fine-tune on the rest-of-step targets from every frame without re-planning mid-chunk (what "
+                        "a verifier's retry from a mid-step image asks for)")
+    p.add_argument("--verifier", choices=("always_advance", "vlm", "sim_state"), default=None,
+                   help="after each chunk: always advance (default), ask the policy's own VLM whether the subtask is "
+                        "done (the paper's), or read the simulator state (privileged; a reference); a retry plans "
+                        "the subtask again from the current image (at most 2 per subtask)")
     add_pretraining_args(p)
     p.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {', '.join(METHODS)} ('' for the blind reference only; "
@@ -328,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, val in (("ft_steps", args.ft_steps), ("ft_lr", args.ft_lr), ("ft_schedule", args.ft_schedule),
                      ("grounding", args.grounding or None), ("spatial", args.spatial_prior),
                      ("pre_steps", args.pre_steps), ("demos", args.demos), ("camera", args.camera),
-                     ("noise", args.demo_noise), ("replan", args.replan)):
+                     ("noise", args.demo_noise), ("replan", args.replan),
+                     ("replan_samples", args.replan_samples or None), ("verifier", args.verifier)):
         if val is not None:
             MODES[mode][key] = val
     methods = None if args.methods is None else [x.strip() for x in args.methods.split(",") if x.strip()]

@@ -160,7 +160,8 @@ def test_reuse_pretrained_checks_what_the_model_was_pre_trained_with(tmp_path):
 @pytest.mark.parametrize("argv, why", [(["--demos", "0"], "--demos must be >= 1, got 0"),
                                        (["--camera", "wristcam"], "argument --camera: invalid choice: 'wristcam'"),
                                        (["--demo-noise", "0.2"], "--demo-noise must be in [0, 0.05] m, got 0.2"),
-                                       (["--replan", "-1"], "--replan must be >= 0, got -1")])
+                                       (["--replan", "-1"], "--replan must be >= 0, got -1"),
+                                       (["--verifier", "oracle"], "argument --verifier: invalid choice: 'oracle'")])
 def test_vlm2vla_rejects_bad_data_options(argv, why, capsys):
     """``--demos`` below 1, a camera robosuite's Lift scene does not have, DART noise out of range and a negative
     re-plan period are usage errors, before any work."""

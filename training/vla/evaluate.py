@@ -64,8 +64,8 @@ def rollout(policy: Any, task: Any, seeds: list[int], max_steps: int = 60, progr
     gives up on malformed output (:class:`agents.vla.VLAGenerationError`, counted in ``gave_up``).
     Returns success rate, malformed-output rate, seconds per action (policy time, resampling included, per executed
     control step; NaN when none was executed), seconds per generation attempt and per well-formed cycle, the
-    policy's mid-chunk re-plans (``replans``) and the seeds whose episode succeeded (``succeeded``: paired
-    comparisons on the same seeds).
+    policy's mid-chunk re-plans (``replans``) and verifier retries (``subtask_retries``), and the seeds whose
+    episode succeeded (``succeeded``: paired comparisons on the same seeds).
     """
     from agents.vla import VLAGenerationError
 
@@ -97,4 +97,5 @@ def rollout(policy: Any, task: Any, seeds: list[int], max_steps: int = 60, progr
             "sec_per_action": policy_s / steps_total if steps_total else float("nan"),
             "sec_per_generation": policy_s / st["generations"] if st["generations"] else float("nan"),
             "policy_s": policy_s, "replans": st.get("replans", 0),
+            "subtask_retries": st.get("subtask_retries", 0),
             "sec_per_cycle": float(np.median(policy.stats.generation_s)) if policy.stats.generation_s else float("nan")}
