@@ -10,8 +10,8 @@
    robosuite Lift (held-out seeds), malformed-output rate, seconds per action; the two language codecs are rolled
    out twice, with free generation (the paper's protocol) and with grammar-constrained decoding
    (``VLAPolicyConfig(constrained=True)``). ``--ft-steps/--ft-lr/--ft-schedule`` override the fine-tuning settings;
-``--camera``, ``--demos``, ``--demo-noise`` (DART), ``--replan``, ``--replan-samples`` and ``--verifier`` change the
-data and the closed loop (``docs/vlm2vla.md``).
+   ``--camera``, ``--demos``, ``--demo-noise`` (DART), ``--replan``, ``--replan-samples`` and ``--verifier`` change
+   the data and the closed loop (``docs/vlm2vla.md``).
 
 ``--quick`` (< 1 minute with warm caches) uses a smaller model, a few demos and 2 rollouts per method; the last
 stdout line is one JSON object with ``retention`` and ``success`` per method. The full mode writes

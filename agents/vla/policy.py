@@ -2,7 +2,8 @@
 
 Per episode: generate the subtask list once from the first image (kept fixed); for each subtask generate the
 motion plan, then the action chunk; execute the chunk one control step per :meth:`VLAPolicy.act` call (a queue);
-when it is used up, ask the verifier (before/after observations, current/next subtask) to advance or retry.
+when it is used up, ask the verifier (before/after observations, current/next subtask) to advance or retry
+(with ``replan_steps`` k > 0 the subtask is also planned again from the current image every k steps of a chunk).
 Malformed generations are resampled up to ``max_tries`` times (counted in :attr:`VLAPolicy.stats`), then
 :class:`VLAGenerationError`. Actions are end-effector displacements in metres + the simulator gripper command
 (-1 open, +1 close), phase = the current subtask; "done" after the last subtask.
