@@ -309,9 +309,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="DART: sd (m) of Gaussian noise on the expert's executed steps while recording the "
                         "demonstrations (the labels stay the expert's; default 0)")
     p.add_argument("--replan", type=int, default=None, metavar="K",
-                   help="receding horizon: the language policies plan their subtask again after every K control "
-                        "steps of a chunk, and are fine-tuned on rest-of-step targets from every frame (default 0: "
-                        "each chunk runs to its end, the paper's protocol)")
+                   help="receding horizon: the hierarchical policies (VLM2VLA, VLM2VLA-AT; the binned one has no "
+                        "chunks to re-plan) plan their subtask again after every K control steps of a chunk, and are "
+                        "fine-tuned on rest-of-step targets from every frame (default 0: each chunk runs to its end, "
+                        "the paper's protocol)")
     p.add_argument("--replan-samples", action="store_true",
                    help="fine-tune on the rest-of-step targets from every frame without re-planning mid-chunk (what "
                         "a verifier's retry from a mid-step image asks for)")

@@ -29,7 +29,8 @@ class VLAPolicyConfig:
       resampled when malformed); not available for the flat ``binned`` codec;
     - ``replan_steps``: 0 runs each chunk to its end (the paper's protocol); k > 0 plans the current subtask again
       from the current image after every k control steps of a chunk (receding horizon; at most ``max_replans`` times
-      per subtask, then the chunk runs out; the verifier is asked only when a chunk ends). Policies trained with
+      per subtask, then the chunk runs out; never inside a gripper change's ``gripper_steps`` hold; the verifier is
+      asked only when a chunk ends). Policies trained with
       ``build_samples(..., replan=True)`` have seen the rest-of-step targets this asks for;
     - ``camera``: the camera the policy was trained on ("" unknown; ``allday train vla`` records the episodes'
       one camera), so a serving node can refuse images from another view;

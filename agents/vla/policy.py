@@ -142,6 +142,7 @@ class VLAPolicy(Policy):
         self._since_plan = 0  # control steps executed from the current chunk
         self._replans = 0  # re-plans of the current subtask (replan_steps)
         self._executed_state = 1.0  # the gripper state the last executed step left (1 open)
+        self._since_grip_change = 1 << 30  # executed steps since the gripper command last changed
 
     def reset_stats(self) -> None:
         self.stats = VLAStats()
@@ -252,15 +253,18 @@ class VLAPolicy(Policy):
             return VLAAction((0.0, 0.0, 0.0), state_to_command(self.gripper_state), "done", done=True)
         delta, cmd = self.queue.popleft()
         self._since_plan += 1
-        self._executed_state = 1.0 if cmd < 0 else 0.0  # the gripper state this step leaves (1 open)
+        state = 1.0 if cmd < 0 else 0.0  # the gripper state this step leaves (1 open)
+        self._since_grip_change = 0 if state != self._executed_state else self._since_grip_change + 1
+        self._executed_state = state
         delta = self._bound(delta, obs)
         self.stats.steps += 1
         return VLAAction(tuple(float(v) for v in delta), float(cmd), self.phase)
 
     def _due_replan(self) -> bool:
+        """Re-plan now? Never inside a gripper change's hold (``gripper_steps`` still steps while it moves)."""
         cfg = self.config
         return (self.codec.hierarchical and cfg.replan_steps > 0 and self._since_plan >= cfg.replan_steps
-                and self._replans < cfg.max_replans)
+                and self._replans < cfg.max_replans and self._since_grip_change >= cfg.gripper_steps - 1)
 
     def _replan(self, image: np.ndarray, text: str) -> None:
         """Drop the rest of the chunk and plan the same subtask again from ``image`` (receding horizon)."""

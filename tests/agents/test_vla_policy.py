@@ -278,8 +278,10 @@ def test_replan_steps_plan_the_subtask_again_mid_chunk(steered):
     lift = [a for a in acts if a.phase == "lift"]
     # descend (-3 cm in 1 cm steps): one step, re-plan, one step, re-plan, then the third chunk runs out
     assert len(desc) == 1 + 1 + 3 and np.allclose(sum(a.delta[2] for a in desc), -0.05)
-    # lift: one close step, then the re-planned chunks' close is no change any more (1 step, not gripper_steps)
-    assert len(lift) == 1 + 1 + (1 + 4) and np.allclose(sum(a.delta[2] for a in lift), 0.04)
+    # lift: the close is held its gripper_steps (3) steps before any re-plan; the re-planned chunks' close is no
+    # change any more (1 still step, not 3): 3, re-plan, 1, re-plan, then 1 + 4
+    assert len(lift) == 3 + 1 + (1 + 4) and np.allclose(sum(a.delta[2] for a in lift), 0.04)
+    assert all(a.delta == (0.0, 0.0, 0.0) for a in lift[:3])
     assert all(a.gripper == 1 for a in lift) and acts[-1].done
     assert pol.stats.replans == 4 and pol.stats.chunks == 6
     # the paper's protocol (the default) never re-plans

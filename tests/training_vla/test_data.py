@@ -262,6 +262,37 @@ def test_robosuite_source_dart_noise(tmp_path):
             record_robosuite("lift", 1, image_size=32, cache_dir=tmp_path, progress=False, noise_m=bad)
 
 
+def test_dart_records_the_experts_label_and_executes_the_noisy_step():
+    pytest.importorskip("robosuite")
+    from sim.manip import ManipTask, make_expert
+    from sim.manip.action import EEDeltaAction
+    from training.vla.data.robosuite_source import record_episode
+
+    env = ManipTask(task="lift", image_size=32)
+    executed, expert_says = [], []
+    step = env.step
+
+    def spy(delta, gripper):  # what the arm is told, and what the expert would say in the state it sees
+        executed.append(np.asarray(delta, dtype=np.float64))
+        return step(delta, gripper)
+
+    env.step = spy
+    try:
+        ep = record_episode(env, "lift", seed=4, noise_m=0.01)
+        # replay the executed steps with a fresh expert watching: its actions are the labels
+        obs, expert = env.reset(4), make_expert("lift", max_step_m=0.03)
+        env.step = step
+        for d, g in zip(executed, ep.gripper, strict=True):
+            expert_says.append(EEDeltaAction.parse(expert.act(obs)).delta)
+            obs = step(d, g)
+    finally:
+        env.close()
+    labels, executed = ep.deltas.astype(np.float64), np.stack(executed)
+    np.testing.assert_allclose(labels, np.asarray(expert_says), atol=1e-6)  # the labels are the expert's
+    noise = executed - labels
+    assert np.abs(noise).max() > 0.005 and 0.005 < noise.std() < 0.015  # ... and the arm was told something else
+
+
 def test_importing_training_vla_is_light():
     import subprocess
     import sys

@@ -21,10 +21,10 @@ finished without success, a policy error, or stale input: when any input is olde
 node publishes a zero delta and aborts with the reason; so does a deactivation or a shutdown (SIGINT/SIGTERM)
 mid-goal. ``dry_run`` logs the commands instead of publishing them.
 Empty or over-long (> 2000 characters) instructions are rejected by the goal callback (reason in the log).
-``camera_frame_id`` (default "": any) names the camera the policy must see: images with another
-``header.frame_id`` are dropped (logged once per frame), so a policy is never fed another view (a running goal
-then aborts on a stale camera). A learned policy's training camera (``VLAPolicyConfig.camera``) is logged at
-configure.
+``camera_frame_id`` (default "": any frame; opt-in, since a robot's frame names need not follow the simulator's)
+names the camera the policy must see: when set, images with another ``header.frame_id`` are dropped (logged once
+per frame), so the policy is not fed another view (a running goal then aborts on a stale camera). A learned
+policy's training camera (``VLAPolicyConfig.camera``) is logged at configure.
 With ``autostart`` a refused configure (unknown policy, bad checkpoint) exits with code 2.
 Safety status goes to ``/diagnostics`` at 1 Hz.
 """
@@ -119,6 +119,7 @@ class VlaNode(ArmCommander, LifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             self.safety = self.policy = None
             return TransitionCallbackReturn.FAILURE
+        self._camera_frame = str(g("camera_frame_id"))  # before the image subscription exists
         self._inputs_group = MutuallyExclusiveCallbackGroup()
         self.pub_arm = self.create_publisher(self.ArmCommand, "/arm_cmd", STATUS_QOS)
         self.pub_delta = self.create_publisher(TwistStamped, "/ee_delta_cmd", STATUS_QOS)
@@ -132,7 +133,6 @@ class VlaNode(ArmCommander, LifecycleNode):
             self.create_subscription(String, "/manip/status", self._on_status, STATUS_QOS, callback_group=cg),
         ]
         self._timers = [self.create_timer(1.0, self._publish_diag, callback_group=cg)]
-        self._camera_frame = str(g("camera_frame_id"))
         trained_on = getattr(getattr(self.policy, "config", None), "camera", "")
         self.get_logger().info(f"configured policy={g('policy')} max_delta={max_delta} dry_run={g('dry_run')}"
                                + (f" trained_on_camera={trained_on}" if trained_on else "")
@@ -182,6 +182,7 @@ class VlaNode(ArmCommander, LifecycleNode):
                     self.destroy_publisher(pub)
                     setattr(self, name, None)
         self._subs, self._timers, self.policy, self.safety = [], [], None, None
+        self._camera_frame = ""
 
     # ---- inputs --------------------------------------------------------------------------------
     def _store(self, name: str, stamp: int, value: Any) -> None:
