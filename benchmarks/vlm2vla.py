@@ -42,6 +42,8 @@ log = logging.getLogger("vlm2vla")
 
 #: robosuite's cameras on the Lift scene with a Panda (the policy's view; the VQA scenes are always agentview)
 CAMERAS = ("agentview", "robot0_eye_in_hand", "frontview", "birdview", "sideview", "robot0_robotview")
+#: ``--lora-targets`` -> peft ``target_modules`` ("" = the family's language-model-only regex)
+LORA_TARGETS = {"lm": "", "all-linear": "all-linear"}
 METHODS = {"VLM2VLA": "language", "VLM2VLA-AT": "action_tokens", "binned (OpenVLA-style)": "binned"}
 SMALL_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
                    vision_hidden_size=32, vision_layers=1, vision_heads=2, vision_intermediate_size=64,
@@ -177,7 +179,7 @@ def finetune(method: str, pretrained: Path, lang: list[Any], m: dict[str, Any], 
 
     bundle = load_vlm(pretrained)
     torch.manual_seed(seed)
-    add_lora(bundle, r=16, alpha=32)
+    add_lora(bundle, r=16, alpha=32, targets=LORA_TARGETS[m.get("lora_targets") or "lm"])
     codec = make_codec(METHODS[method], bundle.tokenizer)
     samples = build_samples(lang, codec, aux=True, replan=bool(m.get("replan") or m.get("replan_samples")))
     s = LoopSettings(out_dir=str(out / f"ft_{METHODS[method]}"), lr=m["ft_lr"], batch_size=m["batch"], grad_accum=1,
@@ -320,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="after each chunk: always advance (default), ask the policy's own VLM whether the subtask is "
                         "done (the paper's), or read the simulator state (privileged; a reference); a retry plans "
                         "the subtask again from the current image (at most 2 per subtask)")
+    p.add_argument("--lora-targets", choices=tuple(LORA_TARGETS), default=None,
+                   help="modules LoRA adapts in the fine-tune: the language model's linear layers (lm, the paper's "
+                        "default) or every linear layer, vision tower and projector included (all-linear, "
+                        "OpenVLA's choice)")
     add_pretraining_args(p)
     p.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {', '.join(METHODS)} ('' for the blind reference only; "
@@ -342,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                      ("grounding", args.grounding or None), ("spatial", args.spatial_prior),
                      ("pre_steps", args.pre_steps), ("demos", args.demos), ("camera", args.camera),
                      ("noise", args.demo_noise), ("replan", args.replan),
-                     ("replan_samples", args.replan_samples or None), ("verifier", args.verifier)):
+                     ("replan_samples", args.replan_samples or None), ("verifier", args.verifier),
+                     ("lora_targets", args.lora_targets)):
         if val is not None:
             MODES[mode][key] = val
     methods = None if args.methods is None else [x.strip() for x in args.methods.split(",") if x.strip()]

@@ -161,7 +161,9 @@ def test_reuse_pretrained_checks_what_the_model_was_pre_trained_with(tmp_path):
                                        (["--camera", "wristcam"], "argument --camera: invalid choice: 'wristcam'"),
                                        (["--demo-noise", "0.2"], "--demo-noise must be in [0, 0.05] m, got 0.2"),
                                        (["--replan", "-1"], "--replan must be >= 0, got -1"),
-                                       (["--verifier", "oracle"], "argument --verifier: invalid choice: 'oracle'")])
+                                       (["--verifier", "oracle"], "argument --verifier: invalid choice: 'oracle'"),
+                                       (["--lora-targets", "vision"],
+                                        "argument --lora-targets: invalid choice: 'vision'")])
 def test_vlm2vla_rejects_bad_data_options(argv, why, capsys):
     """``--demos`` below 1, a camera robosuite's Lift scene does not have, DART noise out of range and a negative
     re-plan period are usage errors, before any work."""
@@ -187,3 +189,25 @@ def test_reuse_pretrained_needs_the_same_demonstrations(tmp_path):
     assert bench.reusable_pretrained(path, {**m, "noise": 0.0, "replan": 2}, seed=0)
     with pytest.raises(ValueError, match="noise"):
         bench.reusable_pretrained(path, {**m, "noise": 0.01}, seed=0)
+
+
+@pytest.mark.parametrize("targets, vision", [(None, False), ("lm", False), ("all-linear", True)])
+def test_vlm2vla_lora_targets_reach_the_fine_tune(tiny_base, tmp_path, targets, vision):
+    """``--lora-targets all-linear`` adapts the vision tower and the projector as well; the default (the paper's)
+    only the language model, and the vision weights come out of the fine-tune unchanged."""
+    bench = _bench().base_bench
+    m = {**bench.MODES["quick"], "ft_steps": 2, "batch": 4}
+    if targets is not None:
+        m["lora_targets"] = targets
+    lang = ScriptedRelabeller().relabel_all([lift_like_episode(0)])
+    before = {n: p.detach().clone() for n, p in load_vlm(tiny_base).model.named_parameters()}
+    bundle, _, info = bench.finetune("VLM2VLA", tiny_base, lang, m, tmp_path, seed=0, progress=False)
+    adapted = {n for n, p in bundle.model.named_parameters() if "lora_" in n}
+    assert info["samples"] > 0 and adapted
+    assert any("vision_tower" in n for n in adapted) is vision
+    assert any("multi_modal_projector" in n for n in adapted) is vision
+    assert any("language_model" in n for n in adapted)
+    merged = bundle.model.merge_and_unload() if hasattr(bundle.model, "merge_and_unload") else bundle.model
+    after = dict(merged.named_parameters())
+    changed = [n for n in before if "vision_tower" in n and n in after and not torch.equal(before[n], after[n])]
+    assert bool(changed) is vision
