@@ -10,8 +10,9 @@
    robosuite Lift (held-out seeds), malformed-output rate, seconds per action; the two language codecs are rolled
    out twice, with free generation (the paper's protocol) and with grammar-constrained decoding
    (``VLAPolicyConfig(constrained=True)``). ``--ft-steps/--ft-lr/--ft-schedule`` override the fine-tuning settings;
-   ``--camera``, ``--demos``, ``--demo-noise`` (DART), ``--replan``, ``--replan-samples`` and ``--verifier`` change
-   the data and the closed loop (``docs/vlm2vla.md``).
+   ``--lora-targets all-linear`` adapts the vision tower and projector too; ``--camera``, ``--demos``,
+   ``--demo-noise`` (DART), ``--replan``, ``--replan-samples`` and ``--verifier`` change the data and the closed
+   loop (``docs/vlm2vla.md``). The options shared with ``vlm2vla_frontier.py`` live in ``vlm2vla_options.py``.
 
 ``--quick`` (< 1 minute with warm caches) uses a smaller model, a few demos and 2 rollouts per method; the last
 stdout line is one JSON object with ``retention`` and ``success`` per method. The full mode writes
@@ -36,14 +37,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from vlm2vla_report import write_report  # noqa: E402 - the sibling module (benchmarks/ is this script's folder)
+# sibling modules (benchmarks/ is this script's folder)
+from vlm2vla_options import LORA_TARGETS, add_finetune_args, add_pretraining_args, settings  # noqa: E402
+from vlm2vla_report import write_report  # noqa: E402
 
 log = logging.getLogger("vlm2vla")
 
-#: robosuite's cameras on the Lift scene with a Panda (the policy's view; the VQA scenes are always agentview)
-CAMERAS = ("agentview", "robot0_eye_in_hand", "frontview", "birdview", "sideview", "robot0_robotview")
-#: ``--lora-targets`` -> peft ``target_modules`` ("" = the family's language-model-only regex)
-LORA_TARGETS = {"lm": "", "all-linear": "all-linear"}
 METHODS = {"VLM2VLA": "language", "VLM2VLA-AT": "action_tokens", "binned (OpenVLA-style)": "binned"}
 SMALL_MODEL = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
                    vision_hidden_size=32, vision_layers=1, vision_heads=2, vision_intermediate_size=64,
@@ -205,9 +204,10 @@ def preload_ml_stack() -> None:
 
 
 def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: bool = False,
-        methods: list[str] | None = None) -> dict[str, Any]:
+        methods: list[str] | None = None, m: dict[str, Any] | None = None) -> dict[str, Any]:
     """Pre-train, fine-tune each of ``methods`` (default: all of :data:`METHODS`) and roll out; the blind
-    replay of the mean demonstration is always measured on the same seeds."""
+    replay of the mean demonstration is always measured on the same seeds. ``m``: the run's settings (default:
+    the mode's, :data:`MODES`)."""
     import torch
 
     preload_ml_stack()
@@ -219,7 +219,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     from training.vla.relabel import ScriptedRelabeller
 
     torch.set_num_threads(1)
-    m = MODES[mode]
+    m = MODES[mode] if m is None else m
     if m.get("verifier") == "sim_state":
         import sim.manip.verifier  # noqa: F401 - registers the privileged "sim_state" verifier
     t0 = time.perf_counter()
@@ -277,17 +277,6 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     return results
 
 
-def add_pretraining_args(p: argparse.ArgumentParser) -> None:
-    """The VQA pre-training options shared with ``vlm2vla_frontier.py`` (MODES keys ``spatial``, ``pre_steps``)."""
-    p.add_argument("--spatial-prior", nargs="?", const="language", choices=("language", "action_tokens"),
-                   default=None,
-                   help="pre-train on the spatial questions too (answers in the action language's numbers and "
-                        "direction words: training.vla.vqa_scenes.SPATIAL_KINDS); 'action_tokens' writes the "
-                        "offsets' digits as VLM2VLA-AT's rare tokens instead (the crossover control); when reusing "
-                        "a pre-trained model, give what it was pre-trained with")
-    p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny settings, < 1 minute with warm caches")
@@ -297,19 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reuse-pretrained", action="store_true",
                    help="reuse <out>/<mode>/pretrained from an earlier run instead of pre-training again")
-    p.add_argument("--ft-steps", type=int, default=None, help="LoRA fine-tuning steps (default: the mode's)")
-    p.add_argument("--ft-lr", type=float, default=None, help="LoRA fine-tuning learning rate (default: the mode's)")
-    p.add_argument("--ft-schedule", choices=("linear", "cosine", "constant"), default=None,
-                   help="LoRA learning-rate schedule (default: the mode's)")
     p.add_argument("--grounding", action="store_true",
                    help="grounding pre-training (training.vlm.grounding) before the VQA pre-training")
-    p.add_argument("--demos", type=int, default=None, help="Lift demonstrations to fine-tune on (default: the mode's)")
-    p.add_argument("--camera", choices=CAMERAS, default=None,
-                   help="the policy's camera for the demonstrations and the rollouts (the VQA questions stay on "
-                        "agentview scenes; default: agentview)")
-    p.add_argument("--demo-noise", type=float, default=None, metavar="M",
-                   help="DART: sd (m) of Gaussian noise on the expert's executed steps while recording the "
-                        "demonstrations (the labels stay the expert's; default 0)")
+    add_finetune_args(p)
     p.add_argument("--replan", type=int, default=None, metavar="K",
                    help="receding horizon: the hierarchical policies (VLM2VLA, VLM2VLA-AT; the binned one has no "
                         "chunks to re-plan) plan their subtask again after every K control steps of a chunk, and are "
@@ -322,10 +301,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="after each chunk: always advance (default), ask the policy's own VLM whether the subtask is "
                         "done (the paper's), or read the simulator state (privileged; a reference); a retry plans "
                         "the subtask again from the current image (at most 2 per subtask)")
-    p.add_argument("--lora-targets", choices=tuple(LORA_TARGETS), default=None,
-                   help="modules LoRA adapts in the fine-tune: the language model's linear layers (lm, the paper's "
-                        "default) or every linear layer, vision tower and projector included (all-linear, "
-                        "OpenVLA's choice)")
     add_pretraining_args(p)
     p.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {', '.join(METHODS)} ('' for the blind reference only; "
@@ -337,31 +312,17 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     mode = "quick" if args.quick else "full"
     out = Path(args.out) / mode
-    # checked before the overrides below write them into MODES
-    if args.demos is not None and args.demos < 1:
-        p.error(f"--demos must be >= 1, got {args.demos}")
-    if args.demo_noise is not None and not 0.0 <= args.demo_noise <= 0.05:
-        p.error(f"--demo-noise must be in [0, 0.05] m, got {args.demo_noise}")
-    if args.replan is not None and args.replan < 0:
-        p.error(f"--replan must be >= 0, got {args.replan}")
-    for key, val in (("ft_steps", args.ft_steps), ("ft_lr", args.ft_lr), ("ft_schedule", args.ft_schedule),
-                     ("grounding", args.grounding or None), ("spatial", args.spatial_prior),
-                     ("pre_steps", args.pre_steps), ("demos", args.demos), ("camera", args.camera),
-                     ("noise", args.demo_noise), ("replan", args.replan),
-                     ("replan_samples", args.replan_samples or None), ("verifier", args.verifier),
-                     ("lora_targets", args.lora_targets)):
-        if val is not None:
-            MODES[mode][key] = val
+    m = settings(p, args, MODES[mode])
     methods = None if args.methods is None else [x.strip() for x in args.methods.split(",") if x.strip()]
     unknown = sorted(set(methods or []) - set(METHODS))
     if unknown:
         p.error(f"unknown methods {unknown}; choose from {list(METHODS)}")
     if args.reuse_pretrained:
         try:
-            reusable_pretrained(out / "pretrained", MODES[mode], args.seed)
+            reusable_pretrained(out / "pretrained", m, args.seed)
         except ValueError as exc:
             p.error(str(exc))
-    res = run(mode, out, Path(args.cache), args.seed, args.progress, args.reuse_pretrained, methods)
+    res = run(mode, out, Path(args.cache), args.seed, args.progress, args.reuse_pretrained, methods, m)
     (out / "results.json").write_text(json.dumps(res, indent=1, default=float))
     if mode == "full" and methods is None:
         write_report(res, Path(args.docs))

@@ -8,7 +8,9 @@ demonstration's, malformed = no motion). The paper's claim, read at matched acti
 more VQA than action tokens.
 
 ``--pretrained DIR`` reuses a pre-trained VQA model (e.g. ``runs/bench_vlm2vla/full/pretrained``, the same seed's
-data); without it the model is pre-trained here. ``--quick`` (< 1 minute with warm caches) is a flow check; the
+data); without it the model is pre-trained here. The fine-tuning and data options are ``vlm2vla.py``'s
+(``--ft-*``, ``--lora-targets``, ``--demos``, ``--camera``, ``--demo-noise``); the held-out demonstrations are
+clean, from the same camera. ``--quick`` (< 1 minute with warm caches) is a flow check; the
 last stdout line is one JSON object. The full mode writes ``docs/vlm2vla_frontier.{md,png,json}``.
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import vlm2vla as base_bench  # the sibling benchmark: modes, data, pre-training and fine-tuning
+from vlm2vla_options import add_finetune_args, add_pretraining_args, settings
 
 ROOT = base_bench.ROOT
 log = logging.getLogger("vlm2vla_frontier")
@@ -34,21 +37,24 @@ HELD_OUT_SEED = 5000  # demonstrations for the action error: seeds far from the 
 
 
 def run(mode: str, out: Path, cache: Path, seed: int, every: int, held_out: int, pretrained: Path | None,
-        methods: list[str], vqa_limit: int, progress: bool) -> dict[str, Any]:
+        methods: list[str], vqa_limit: int, progress: bool, m: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fine-tune each of ``methods`` from one pre-trained model, probing every ``every`` steps; ``m``: the run's
+    settings (default: the mode's). The held-out demonstrations are clean (no DART noise), from the same camera."""
     base_bench.preload_ml_stack()
     from training.vla.data.robosuite_source import record_robosuite
     from training.vla.frontier import FrontierProbe
     from training.vla.relabel import ScriptedRelabeller
 
-    m = base_bench.MODES[mode]
+    m = base_bench.MODES[mode] if m is None else m
     t0 = time.perf_counter()
     items, train, test = base_bench.vqa_sets(cache, m, seed, progress)
     probe_vqa = test[:vqa_limit] if vqa_limit else test
     relabel = ScriptedRelabeller()
     lang = relabel.relabel_all(record_robosuite("lift", m["demos"], m["image"], seed=seed, cache_dir=cache,
-                                                progress=progress))
+                                                progress=progress, camera=m["camera"],
+                                                noise_m=float(m.get("noise") or 0.0)))
     held = relabel.relabel_all(record_robosuite("lift", held_out, m["image"], seed=HELD_OUT_SEED + seed,
-                                                cache_dir=cache, progress=progress))
+                                                cache_dir=cache, progress=progress, camera=m["camera"]))
     if pretrained is None:
         pretrained = base_bench.pretrain_vqa(out, base_bench.pretrain_corpus(lang, items, m), train, m, seed,
                                              progress)
@@ -183,9 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=None, help="fine-tuning steps between probes (quick 4, full 50)")
     p.add_argument("--held-out", type=int, default=None, help="held-out demonstrations (quick 1, full 16)")
     p.add_argument("--vqa-limit", type=int, default=0, help="probe on the first N held-out questions (0: all)")
-    p.add_argument("--ft-lr", type=float, default=None, help="fine-tuning learning rate (default: the mode's)")
-    p.add_argument("--ft-steps", type=int, default=None, help="fine-tuning steps (default: the mode's)")
-    base_bench.add_pretraining_args(p)
+    add_finetune_args(p)
+    add_pretraining_args(p)
     p.add_argument("--cache", default="runs/vla_cache", help="demonstration / VQA cache (vlm2vla.py's default)")
     p.add_argument("--out", default=None, help="run directory (default: runs/bench_vlm2vla_frontier/<mode>)")
     p.add_argument("--docs", default=None, help="where the report goes (default: docs/ in full mode, the run dir "
@@ -200,15 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in methods if x not in base_bench.METHODS]
     if not methods or bad:
         p.error(f"--methods: names of {list(base_bench.METHODS)}, got {a.methods!r}")
-    for key, val in (("ft_lr", a.ft_lr), ("ft_steps", a.ft_steps), ("spatial", a.spatial_prior),
-                     ("pre_steps", a.pre_steps)):
-        if val is not None:
-            base_bench.MODES[mode][key] = val
+    m = settings(p, a, base_bench.MODES[mode])
     out = Path(a.out) if a.out else ROOT / "runs" / "bench_vlm2vla_frontier" / mode
     out.mkdir(parents=True, exist_ok=True)
     res = merge(a.merge) if a.merge else run(mode, out, ROOT / a.cache, a.seed, a.every or EVERY[mode],
               a.held_out or HELD_OUT[mode], Path(a.pretrained) if a.pretrained else None, methods, a.vqa_limit,
-              progress=not a.quick)
+              progress=not a.quick, m=m)
     mode = res["mode"]
     docs = Path(a.docs) if a.docs else (ROOT / "docs" if mode == "full" else Path(tempfile.mkdtemp(prefix="vf_")))
     print(report(res, docs))

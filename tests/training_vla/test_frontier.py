@@ -166,10 +166,39 @@ def test_reuse_pretrained_checks_what_the_model_was_pre_trained_with(tmp_path):
                                         "argument --lora-targets: invalid choice: 'vision'")])
 def test_vlm2vla_rejects_bad_data_options(argv, why, capsys):
     """``--demos`` below 1, a camera robosuite's Lift scene does not have, DART noise out of range and a negative
-    re-plan period are usage errors, before any work."""
+    re-plan period are usage errors, before any work; the frontier benchmark refuses its shared options alike."""
+    bench = _bench()
+    quick = {k: dict(v) if isinstance(v, dict) else v for k, v in bench.base_bench.MODES["quick"].items()}
     with pytest.raises(SystemExit) as exc:
-        _bench().base_bench.main(["--quick", *argv])
+        bench.base_bench.main(["--quick", *argv])
     assert exc.value.code == 2 and why in capsys.readouterr().err
+    assert bench.base_bench.MODES["quick"] == quick  # a refused call leaves nothing behind
+    if argv[0] in ("--demos", "--camera", "--demo-noise", "--lora-targets"):
+        with pytest.raises(SystemExit) as exc:
+            bench.main(["--quick", *argv])
+        assert exc.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_run_settings_are_a_copy_of_the_mode_with_the_options_on_top():
+    import argparse
+
+    bench = _bench().base_bench
+    import vlm2vla_options as options  # benchmarks/ is on the path once _bench() ran
+
+    p = argparse.ArgumentParser()
+    options.add_finetune_args(p)
+    options.add_pretraining_args(p)
+    p.add_argument("--grounding", action="store_true")
+    mode = dict(bench.MODES["full"])
+    got = options.settings(p, p.parse_args(["--demos", "150", "--camera", "robot0_eye_in_hand", "--lora-targets",
+                                            "all-linear", "--demo-noise", "0.01", "--spatial-prior"]), mode)
+    assert (got["demos"], got["camera"], got["lora_targets"], got["noise"], got["spatial"]) == (
+        150, "robot0_eye_in_hand", "all-linear", 0.01, "language")
+    assert got["ft_steps"] == mode["ft_steps"] and "grounding" not in got  # options not given keep the mode's
+    assert mode == bench.MODES["full"] and bench.MODES["full"]["demos"] == 30 and "lora_targets" not in mode
+    assert options.settings(p, p.parse_args(["--grounding"]), mode)["grounding"] is True
+    with pytest.raises(SystemExit):
+        options.settings(p, p.parse_args(["--ft-lr", "0"]), mode)
 
 
 def test_reuse_pretrained_needs_the_same_demonstrations(tmp_path):
