@@ -30,9 +30,9 @@ def _samples(bundle, codec="language"):
     return build_samples(lang, make_codec(codec, bundle.tokenizer), aux=False)
 
 
-def _lora_bundle(base, seed=0):
+def _lora_bundle(base, seed=0, targets=""):
     torch.manual_seed(seed)
-    return add_lora(load_vlm(base), r=16, alpha=32)
+    return add_lora(load_vlm(base), r=16, alpha=32, targets=targets)
 
 
 def _settings(out, **kw):
@@ -144,8 +144,11 @@ def test_global_batches_cover_each_epoch_once():
     assert global_batch_indices(10, 0, 3, 4) == global_batch_indices(10, 0, 3, 4)
 
 
-def test_adapter_save_load_gives_identical_outputs(tiny_base, tmp_path):
-    b = _lora_bundle(tiny_base)
+@pytest.mark.parametrize("targets", ["", "all-linear"])
+def test_adapter_save_load_gives_identical_outputs(tiny_base, tmp_path, targets):
+    """Also with ``lora_targets: all-linear`` (OpenVLA-style: the vision tower and projector adapted too)."""
+    b = _lora_bundle(tiny_base, targets=targets)
+    assert any("vision_tower" in n for n, p in b.model.named_parameters() if p.requires_grad) is bool(targets)
     samples = _samples(b)
     fit(b, samples, _settings(tmp_path, max_steps=3), progress=False)
     codec = make_codec("language", b.tokenizer)
