@@ -21,7 +21,7 @@ OPTION_KEYS = (("ft_steps", "ft_steps"), ("ft_lr", "ft_lr"), ("ft_schedule", "ft
 
 
 def add_pretraining_args(p: argparse.ArgumentParser) -> None:
-    """The VQA pre-training options (settings keys ``spatial``, ``pre_steps``)."""
+    """The VQA pre-training options (settings keys ``spatial``, ``pre_steps``, ``model["patch_size"]``)."""
     p.add_argument("--spatial-prior", nargs="?", const="language", choices=("language", "action_tokens"),
                    default=None,
                    help="pre-train on the spatial questions too (answers in the action language's numbers and "
@@ -29,6 +29,9 @@ def add_pretraining_args(p: argparse.ArgumentParser) -> None:
                         "offsets' digits as VLM2VLA-AT's rare tokens instead (the crossover control); when reusing "
                         "a pre-trained model, give what it was pre-trained with")
     p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
+    p.add_argument("--patch-size", type=int, default=None,
+                   help="the tiny model's vision patch size in pixels (default 16: 16 image tokens at 64 px; 8 gives "
+                        "64 tokens, a 4.2 cm cube about one patch wide)")
 
 
 def add_finetune_args(p: argparse.ArgumentParser) -> None:
@@ -58,7 +61,9 @@ def settings(p: argparse.ArgumentParser, args: argparse.Namespace, mode: dict[st
               ("ft_lr", lambda v: v > 0, "--ft-lr must be > 0"),
               ("pre_steps", lambda v: v >= 1, "--pre-steps must be >= 1"),
               ("demo_noise", lambda v: 0.0 <= v <= 0.05, "--demo-noise must be in [0, 0.05] m"),
-              ("replan", lambda v: v >= 0, "--replan must be >= 0"))
+              ("replan", lambda v: v >= 0, "--replan must be >= 0"),
+              ("patch_size", lambda v: v >= 2 and mode["image"] % v == 0,
+               f"--patch-size must divide the {mode['image']} px image"))
     for attr, ok, msg in checks:
         val = getattr(args, attr, None)
         if val is not None and not ok(val):
@@ -68,4 +73,6 @@ def settings(p: argparse.ArgumentParser, args: argparse.Namespace, mode: dict[st
         val = getattr(args, attr, None)
         if val is not None and val is not False:
             out[key] = val
+    if getattr(args, "patch_size", None) is not None:
+        out["model"] = {**mode["model"], "patch_size": args.patch_size}
     return out

@@ -199,6 +199,11 @@ def test_run_settings_are_a_copy_of_the_mode_with_the_options_on_top():
     assert options.settings(p, p.parse_args(["--grounding"]), mode)["grounding"] is True
     with pytest.raises(SystemExit):
         options.settings(p, p.parse_args(["--ft-lr", "0"]), mode)
+    patched = options.settings(p, p.parse_args(["--patch-size", "8"]), mode)
+    assert patched["model"]["patch_size"] == 8 and "patch_size" not in bench.MODES["full"]["model"]
+    assert bench.pretrain_key(patched, 0) != bench.pretrain_key(mode, 0)  # another model: pre-trained apart
+    with pytest.raises(SystemExit):
+        options.settings(p, p.parse_args(["--patch-size", "12"]), mode)  # 64 px is not a multiple of 12
 
 
 def test_reuse_pretrained_needs_the_same_demonstrations(tmp_path):
