@@ -70,7 +70,8 @@ def vqa_sets(cache: Path, m: dict[str, Any], seed: int, progress: bool) -> tuple
     the items and the training split, never in the test split (retention is measured on the general kinds)."""
     from training.vla.vqa_scenes import cached_vqa, general_only, split_vqa
 
-    items = cached_vqa(cache, m["scenes"], m["image"], seed, progress, spatial=bool(m.get("spatial")))
+    items = cached_vqa(cache, m["scenes"], m["image"], seed, progress, spatial=bool(m.get("spatial")),
+                       spatial_camera=spatial_camera(m))
     train, test = split_vqa(items, 0.25)
     return items, train, general_only(test)
 
@@ -130,6 +131,13 @@ def pretrain_vqa(out: Path, corpus: list[str], train: list[Any], m: dict[str, An
     return path
 
 
+def spatial_camera(m: dict[str, Any]) -> str | None:
+    """The camera of the spatial-prior questions other than agentview (``--spatial-view policy``), else None."""
+    if m.get("spatial") and m.get("spatial_view") == "policy" and m["camera"] != "agentview":
+        return str(m["camera"])
+    return None
+
+
 PRETRAIN_KEY = "allday_pretrain_key.json"
 
 
@@ -140,6 +148,8 @@ def pretrain_key(m: dict[str, Any], seed: int) -> dict[str, Any]:
     key = {"seed": seed, **{k: m.get(k) for k in keys}}
     if m.get("noise"):  # DART demonstrations have other text; absent when 0, as in keys written before the option
         key["noise"] = m["noise"]
+    if spatial_camera(m):  # spatial questions seen through the policy's camera; absent otherwise, as before
+        key["spatial_camera"] = spatial_camera(m)
     return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 

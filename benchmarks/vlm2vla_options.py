@@ -15,13 +15,15 @@ CAMERAS = ("agentview", "robot0_eye_in_hand", "frontview", "birdview", "sideview
 LORA_TARGETS = {"lm": "", "all-linear": "all-linear"}
 #: settings key -> argparse attribute; an option left out (None, or False for a flag) keeps the mode's value
 OPTION_KEYS = (("ft_steps", "ft_steps"), ("ft_lr", "ft_lr"), ("ft_schedule", "ft_schedule"),
-               ("grounding", "grounding"), ("spatial", "spatial_prior"), ("pre_steps", "pre_steps"),
+               ("grounding", "grounding"), ("spatial", "spatial_prior"), ("spatial_view", "spatial_view"),
+               ("pre_steps", "pre_steps"),
                ("demos", "demos"), ("camera", "camera"), ("noise", "demo_noise"), ("lora_targets", "lora_targets"),
                ("replan", "replan"), ("replan_samples", "replan_samples"), ("verifier", "verifier"))
 
 
 def add_pretraining_args(p: argparse.ArgumentParser) -> None:
-    """The VQA pre-training options (settings keys ``spatial``, ``pre_steps``, ``model["patch_size"]``)."""
+    """The VQA pre-training options (settings keys ``spatial``, ``spatial_view``, ``pre_steps``,
+    ``model["patch_size"]``)."""
     p.add_argument("--spatial-prior", nargs="?", const="language", choices=("language", "action_tokens"),
                    default=None,
                    help="pre-train on the spatial questions too (answers in the action language's numbers and "
@@ -29,6 +31,10 @@ def add_pretraining_args(p: argparse.ArgumentParser) -> None:
                         "offsets' digits as VLM2VLA-AT's rare tokens instead (the crossover control); when reusing "
                         "a pre-trained model, give what it was pre-trained with")
     p.add_argument("--pre-steps", type=int, default=None, help="VQA pre-training steps (default: the mode's)")
+    p.add_argument("--spatial-view", choices=("agentview", "policy"), default=None,
+                   help="the camera the spatial-prior questions are asked through: agentview, like the other "
+                        "questions (default), or the policy's --camera (the wrist camera at the gripper's reset pose "
+                        "sees the cube's offset as the policy's first frame does)")
     p.add_argument("--patch-size", type=int, default=None,
                    help="the tiny model's vision patch size in pixels (default 16: 16 image tokens at 64 px; 8 gives "
                         "64 tokens, a 4.2 cm cube about one patch wide)")
@@ -68,6 +74,8 @@ def settings(p: argparse.ArgumentParser, args: argparse.Namespace, mode: dict[st
         val = getattr(args, attr, None)
         if val is not None and not ok(val):
             p.error(f"{msg}, got {val}")
+    if getattr(args, "spatial_view", None) == "policy" and not (args.spatial_prior or mode.get("spatial")):
+        p.error("--spatial-view policy needs --spatial-prior")
     out = dict(mode)
     for key, attr in OPTION_KEYS:
         val = getattr(args, attr, None)

@@ -241,11 +241,16 @@ class ManipTask:
     def success(self) -> bool:
         return bool(self.env._check_success())
 
-    def render(self) -> np.ndarray | None:
+    def render(self, camera: str | None = None) -> np.ndarray | None:
+        """The ``image_size`` RGB frame (rows top-down) of the task's camera or of ``camera``, another camera of the
+        scene; None when the task does not render."""
         if not self.config.render:
             return None
+        if camera is not None and camera not in self.env.sim.model.camera_names:
+            raise ValueError(f"camera {camera!r} is not in this scene; choose from "
+                             f"{list(self.env.sim.model.camera_names)}")
         s = self.config.image_size
-        img = self.env.sim.render(width=s, height=s, camera_name=self.config.camera)
+        img = self.env.sim.render(width=s, height=s, camera_name=camera or self.config.camera)
         return np.ascontiguousarray(img[::-1])  # OpenGL rows are bottom-up
 
     def observation(self) -> dict[str, Any]:

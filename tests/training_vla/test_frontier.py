@@ -204,6 +204,13 @@ def test_run_settings_are_a_copy_of_the_mode_with_the_options_on_top():
     assert bench.pretrain_key(patched, 0) != bench.pretrain_key(mode, 0)  # another model: pre-trained apart
     with pytest.raises(SystemExit):
         options.settings(p, p.parse_args(["--patch-size", "12"]), mode)  # 64 px is not a multiple of 12
+    wrist = options.settings(p, p.parse_args(["--spatial-prior", "--spatial-view", "policy", "--camera",
+                                              "robot0_eye_in_hand"]), mode)
+    assert bench.spatial_camera(wrist) == "robot0_eye_in_hand" and bench.spatial_camera(got) is None
+    assert bench.pretrain_key(wrist, 0)["spatial_camera"] == "robot0_eye_in_hand"
+    assert "spatial_camera" not in bench.pretrain_key({**wrist, "spatial_view": "agentview"}, 0)
+    with pytest.raises(SystemExit):
+        options.settings(p, p.parse_args(["--spatial-view", "policy"]), mode)  # no spatial questions to move
 
 
 def test_reuse_pretrained_needs_the_same_demonstrations(tmp_path):

@@ -182,6 +182,44 @@ def test_spatial_prior_questions_speak_the_action_language(tmp_path):
     assert {it.kind for it in general_only(test)}.isdisjoint(SPATIAL_KINDS)
 
 
+
+def test_spatial_questions_through_the_policys_camera(tmp_path):
+    """``spatial_camera`` asks the spatial questions on the same scene seen through that camera (the answers stay
+    the same offsets); the cache keeps both images per scene, and an older cache (one image per scene) still reads."""
+    pytest.importorskip("robosuite")
+    from agents.core.io import save_npz
+    from training.vla.vqa_scenes import SPATIAL_KINDS, cached_vqa, generate_vqa, load_vqa
+
+    agent = generate_vqa(3, image_size=32, seed=2, progress=False, spatial=True)
+    wrist = cached_vqa(tmp_path, 3, image_size=32, seed=2, progress=False, spatial=True,
+                       spatial_camera="robot0_eye_in_hand")
+    assert [(a.question, a.answer, a.kind, a.scene) for a in wrist] == [
+        (a.question, a.answer, a.kind, a.scene) for a in agent]
+    for a, w in zip(agent, wrist, strict=True):
+        assert np.array_equal(a.image, w.image) is (a.kind not in SPATIAL_KINDS)
+    scene0 = [w for w in wrist if w.scene == 0]
+    general = [w for w in scene0 if w.kind not in SPATIAL_KINDS]
+    spatial = [w for w in scene0 if w.kind in SPATIAL_KINDS]
+    assert spatial and all(np.array_equal(w.image, spatial[0].image) for w in spatial)  # one wrist image per scene
+    assert not np.array_equal(general[0].image, spatial[0].image)
+    (saved,) = tmp_path.iterdir()
+    assert saved.name == "vqa3s_robot0_eye_in_hand_32px_3scenes_seed2.npz"
+    back = load_vqa(saved)
+    assert all(np.array_equal(b.image, w.image) for b, w in zip(back, wrist, strict=True))
+    # the layout before spatial cameras: images per scene, in scene_ids order
+    old = [a for a in agent if a.kind not in SPATIAL_KINDS]
+    save_npz(tmp_path / "old.npz", images=np.stack([old[0].image, *[a.image for a in old if a.scene > 0][::4]]),
+             scene_ids=np.asarray([0, 1, 2]), scene=np.asarray([a.scene for a in old]),
+             question=np.asarray([a.question for a in old]), answer=np.asarray([a.answer for a in old]),
+             kind=np.asarray([a.kind for a in old]))
+    read = load_vqa(tmp_path / "old.npz")
+    assert all(np.array_equal(r.image, a.image) and r.question == a.question for r, a in zip(read, old, strict=True))
+    with pytest.raises(ValueError, match="spatial=True"):
+        generate_vqa(1, image_size=32, seed=2, progress=False, spatial_camera="robot0_eye_in_hand")
+    with pytest.raises(ValueError, match="not in this scene"):
+        generate_vqa(1, image_size=32, seed=2, progress=False, spatial=True, spatial_camera="wristcam")
+
+
 def test_action_token_text_encoding(bundle):
     """``encode_text`` writes every digit as one of AT's rare tokens and the rest as ordinary tokens; it reads back."""
     at = make_codec("action_tokens", bundle.tokenizer)

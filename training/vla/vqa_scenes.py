@@ -18,6 +18,9 @@ numbers, the kind of spatial grounding real VLMs are pre-trained on (Qwen2.5-VL 
 * ``where``: "where is the red cube from the gripper in cm?" -> ``[dx, dy, dz]`` (robot base frame, one decimal)
 * ``way``: "which way is the red cube from the gripper?" -> a motion phrase (``move forward and slightly left``)
 
+``spatial_camera`` asks them about the same scene seen through another camera (e.g. the wrist camera a policy
+acts through: the gripper at its reset pose looks down on the table), so the prior is learnt in the policy's view.
+
 They give a tiny model trained from scratch the prior a pre-trained VLM brings to VLM2VLA: digits, brackets and
 direction words are language it already speaks (:data:`SPATIAL_KINDS`; :func:`general_only` drops them, so the
 retention of the general VQA skill is measured on the same questions with or without them).
@@ -124,13 +127,15 @@ def general_only(items: list[VQAItem]) -> list[VQAItem]:
 
 
 def generate_vqa(n_scenes: int, image_size: int = 64, seed: int = 0, progress: bool = True,
-                 spatial: bool = False) -> list[VQAItem]:
+                 spatial: bool = False, spatial_camera: str | None = None) -> list[VQAItem]:
     """Render ``n_scenes`` scenes and return their questions (4 per scene, plus 2 per visible cube with
-    ``spatial``)."""
+    ``spatial``, on the image of ``spatial_camera`` when given, else agentview's)."""
     from sim.manip import ManipTask
 
     if n_scenes < 1:
         raise ValueError(f"n_scenes must be >= 1, got {n_scenes}")
+    if spatial_camera is not None and not spatial:
+        raise ValueError("spatial_camera needs spatial=True")
     rng = np.random.default_rng(seed)
     items: list[VQAItem] = []
     with ManipTask(task="stack", image_size=image_size) as task:
@@ -169,10 +174,13 @@ def generate_vqa(n_scenes: int, image_size: int = 64, seed: int = 0, progress: b
             img = task.render()
             assert img is not None
             qa = _scene_questions(rng, layout, col, pos, top, table)
-            if spatial:
-                qa += _spatial_questions(col, pos, task.ee_pos())
             for kind, q, a in qa:
                 items.append(VQAItem(img, q, a, kind, s))
+            if spatial:
+                view = img if spatial_camera is None else task.render(spatial_camera)
+                assert view is not None
+                for kind, q, a in _spatial_questions(col, pos, task.ee_pos()):
+                    items.append(VQAItem(view, q, a, kind, s))
     return items
 
 
@@ -186,39 +194,49 @@ def split_vqa(items: list[VQAItem], held_out: float = 0.25) -> tuple[list[VQAIte
 
 
 def save_vqa(items: list[VQAItem], path: str | Path) -> Path:
-    """Cache ``items`` as one ``.npz`` (images stored once per scene), written atomically so a process reading the
-    cache never sees a half-written file."""
-    scenes = sorted({it.scene for it in items})
-    first = {}
+    """Cache ``items`` as one ``.npz`` (each distinct image stored once: one per scene, two with a spatial camera),
+    written atomically so a process reading the cache never sees a half-written file."""
+    index: dict[int, int] = {}
+    images = []
     for it in items:
-        first.setdefault(it.scene, it.image)
-    return save_npz(path, images=np.stack([first[s] for s in scenes]), scene_ids=np.asarray(scenes),
+        if id(it.image) not in index:
+            index[id(it.image)] = len(images)
+            images.append(it.image)
+    return save_npz(path, images=np.stack(images), image_index=np.asarray([index[id(it.image)] for it in items]),
                     scene=np.asarray([it.scene for it in items]), question=np.asarray([it.question for it in items]),
                     answer=np.asarray([it.answer for it in items]), kind=np.asarray([it.kind for it in items]))
 
 
 def load_vqa(path: str | Path) -> list[VQAItem]:
-    """Read a :func:`save_vqa` cache; ``ValueError`` naming it when it is missing, truncated or not one."""
+    """Read a :func:`save_vqa` cache (or an older one with one image per scene); ``ValueError`` naming it when it is
+    missing, truncated or not one."""
     try:
         with load_npz(path) as z:
-            img = {int(s): z["images"][i] for i, s in enumerate(z["scene_ids"])}
-            return [VQAItem(img[int(s)], str(q), str(a), str(k), int(s))
-                    for s, q, a, k in zip(z["scene"], z["question"], z["answer"], z["kind"], strict=True)]
+            images = z["images"]
+            if "image_index" in z.files:
+                where = [int(i) for i in z["image_index"]]
+            else:  # caches written before spatial cameras: images per scene, in scene_ids order
+                row = {int(sc): i for i, sc in enumerate(z["scene_ids"])}
+                where = [row[int(sc)] for sc in z["scene"]]
+            return [VQAItem(images[i], str(q), str(a), str(k), int(sc))
+                    for i, sc, q, a, k in zip(where, z["scene"], z["question"], z["answer"], z["kind"], strict=True)]
     except NPZ_READ_ERRORS as exc:
         raise ValueError(f"unreadable VQA cache {path} ({type(exc).__name__}: {exc})") from exc
 
 
 def cached_vqa(cache_dir: str | Path, n_scenes: int, image_size: int = 64, seed: int = 0,
-               progress: bool = True, spatial: bool = False) -> list[VQAItem]:
+               progress: bool = True, spatial: bool = False, spatial_camera: str | None = None) -> list[VQAItem]:
     """:func:`generate_vqa`, read from ``cache_dir`` when an earlier call saved the same set (written only when
     generated, atomically, so parallel processes can share the cache)."""
     tag = "vqa3s" if spatial else "vqa3"  # vqa3: scenes from a seeded robosuite model (ManipTaskConfig.model_seed)
+    if spatial_camera is not None:
+        tag += f"_{spatial_camera}"
     path = Path(cache_dir) / f"{tag}_{image_size}px_{n_scenes}scenes_seed{seed}.npz"
     if path.is_file():
         try:
             return load_vqa(path)
         except ValueError as exc:
             log.warning("%s; generating it again", exc)
-    items = generate_vqa(n_scenes, image_size, seed, progress, spatial)
+    items = generate_vqa(n_scenes, image_size, seed, progress, spatial, spatial_camera)
     save_vqa(items, path)
     return items
