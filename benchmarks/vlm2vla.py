@@ -225,7 +225,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     from sim.manip import ManipTask
     from training.vla.blind import language_replay_rollout, mean_trajectory, replay_rollout
     from training.vla.data.robosuite_source import record_robosuite
-    from training.vla.evaluate import majority_baseline, rollout, vqa_accuracy
+    from training.vla.evaluate import majority_baseline, rollout, spatial_accuracy, vqa_accuracy
     from training.vla.relabel import ScriptedRelabeller
 
     torch.set_num_threads(1)
@@ -245,10 +245,19 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
 
     pre = vqa_accuracy(load_vlm(pretrained), test)
     log.info("pre-trained VQA: %s (majority baseline %.3f)", pre, majority_baseline(train, test))
+    spatial = None
+    if m.get("spatial"):  # did the spatial prior take? held-out where/way questions (in the spatial view)
+        from training.vla.vqa_scenes import SPATIAL_KINDS, split_vqa
+
+        held = [it for it in split_vqa(items, 0.25)[1] if it.kind in SPATIAL_KINDS]
+        spatial = spatial_accuracy(load_vlm(pretrained), held, train)
+        log.info("pre-trained spatial prior: %s", spatial)
     _stage("pre-training", t0)
     results: dict[str, Any] = {"mode": mode, "seed": seed, "settings": {k: v for k, v in m.items() if k != "model"},
                                "vqa_pretrained": pre, "vqa_majority_baseline": majority_baseline(
         train, test), "vqa_test_questions": len(test), "demos": len(demos), "methods": {}}
+    if spatial is not None:
+        results["spatial_pretrained"] = spatial
     task = ManipTask(task="lift", image_size=m["image"], camera=m["camera"])
     seeds = list(range(10_000 + seed, 10_000 + seed + m["episodes"]))  # demos used seeds from `seed` upwards
     try:
@@ -358,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         "blind_replay_success": res["blind_replay"]["success"],
         "language_replay_success": res["language_replay"]["success"],
         "seconds": round(res["seconds"], 1)}
+    if "spatial_pretrained" in res:
+        summary["spatial_pretrained"] = {k: num(v, 3) for k, v in res["spatial_pretrained"].items()}
     print(json.dumps(summary), flush=True)
     return 0
 

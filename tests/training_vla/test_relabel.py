@@ -253,3 +253,34 @@ def test_rest_of_a_step_and_replan_samples(bundle):
     key = [(s.prompt, s.target, s.kind) for s in base]  # the step-start samples are all kept
     assert all(k in [(s.prompt, s.target, s.kind) for s in more] for k in key)
     assert sum(s.kind == "action" for s in more) == 4 + 7
+
+
+def test_spatial_accuracy_scores_offsets_and_phrases(bundle, monkeypatch):
+    """``spatial_accuracy``: the median horizontal error of the parsed ``where`` offsets (an unparsed answer counts
+    as the training mean's), the exact-phrase ``way`` accuracy and the mean-answer reference."""
+    import agents.vlm
+    from agents.vlm.generate import Generation
+    from training.vla.evaluate import spatial_accuracy
+    from training.vla.vqa_scenes import VQAItem
+
+    img = np.zeros((32, 32, 3), dtype=np.uint8)
+    where = [VQAItem(img, "where is the red cube from the gripper in cm?", a, "where", i)
+             for i, a in enumerate(["[10.0, 0.0, -17.0]", "[0.0, 4.0, -17.0]", "[-6.0, -8.0, -17.0]"])]
+    way = [VQAItem(img, "which way is the red cube from the gripper?", "move forward and down", "way", 9)]
+    train = [VQAItem(img, "q", "[2.0, 2.0, -17.0]", "where", 20), VQAItem(img, "q", "[0.0, 0.0, -17.0]", "where", 21)]
+    real = spatial_accuracy(bundle, where + way, train)  # the tiny random model: whatever it says is scored
+    assert 0.0 <= real["where_parsed"] <= 1.0 and real["n_where"] == 3 and real["n_way"] == 1
+    answers = iter(["[10.0, 3.0, -17.0] ok", "no idea", "[-6.0, -8.0, -10.0]", "move forward and down"])
+
+    def fake(bundle, images, prompts, settings):
+        return [Generation(text=next(answers), token_ids=()) for _ in prompts]
+
+    monkeypatch.setattr(agents.vlm, "generate", fake)
+    got = spatial_accuracy(bundle, where + way, train)
+    # errors 3 (dy), |(0,4)-(1,1)| = 3.16 (unparsed: the mean [1, 1]), 0 (dz ignored) -> median 3.0
+    assert got["where_err_cm"] == pytest.approx(3.0) and got["where_parsed"] == pytest.approx(2 / 3)
+    assert got["way_accuracy"] == 1.0
+    # the mean answer [1, 1]: errors |(9,-1)| = 9.06, |(-1,3)| = 3.16, |(-7,-9)| = 11.4 -> 9.06
+    assert got["where_prior_cm"] == pytest.approx(np.hypot(9, 1))
+    with pytest.raises(ValueError, match="no spatial"):
+        spatial_accuracy(bundle, [VQAItem(img, "q", "red", "colour", 0)])

@@ -48,6 +48,52 @@ def vqa_accuracy(bundle: Any, items: list[VQAItem], batch_size: int = 32, progre
             "by_kind": {k: float(np.mean(v)) for k, v in sorted(by_kind.items())}}
 
 
+def _offset(text: str) -> np.ndarray | None:
+    """The first ``[dx, dy, dz]`` of a ``where`` answer, or None when there is none."""
+    import re
+
+    m = re.search(r"\[\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*\]", text)
+    return None if m is None else np.array([float(g) for g in m.groups()])
+
+
+def spatial_accuracy(bundle: Any, items: list[VQAItem], train: list[VQAItem] | None = None,
+                     batch_size: int = 32) -> dict[str, Any]:
+    """Greedy answers to the spatial-prior questions (``where``: an offset in cm, ``way``: a motion phrase). Returns
+    ``where_err_cm`` (median horizontal error of the parsed offsets; an unparsed answer counts as the prior's),
+    ``where_parsed``, ``way_accuracy`` (exact phrase) and, with ``train``, ``where_prior_cm``: the error of always
+    answering the training offsets' mean (what a model that does not look at the image can reach)."""
+    from agents.vlm import GenerationSettings, generate
+
+    where = [it for it in items if it.kind == "where"]
+    way = [it for it in items if it.kind == "way"]
+    if not where and not way:
+        raise ValueError("no spatial (where / way) VQA items to evaluate")
+    truth = lambda its: np.stack([_offset(it.answer) for it in its])  # noqa: E731
+    prior = truth([it for it in (train or where) if it.kind == "where"]).mean(0) if where else np.zeros(3)
+    was_training = bundle.model.training
+    bundle.model.eval()
+    settings = GenerationSettings(max_new_tokens=24)
+    texts: list[str] = []
+    for i in range(0, len(where) + len(way), batch_size):
+        chunk = (where + way)[i:i + batch_size]
+        texts += [g.text for g in generate(bundle, [it.image for it in chunk], [it.question for it in chunk], settings)]
+    if was_training:
+        bundle.model.train()
+    res: dict[str, Any] = {"n_where": len(where), "n_way": len(way)}
+    if where:
+        got = [_offset(t) for t in texts[:len(where)]]
+        want = truth(where)
+        pred = np.stack([prior if g is None else g for g in got])
+        res["where_err_cm"] = float(np.median(np.linalg.norm((pred - want)[:, :2], axis=1)))
+        res["where_parsed"] = float(np.mean([g is not None for g in got]))
+        if train is not None:
+            res["where_prior_cm"] = float(np.median(np.linalg.norm((want - prior)[:, :2], axis=1)))
+    if way:
+        res["way_accuracy"] = float(np.mean([t.strip() == it.answer for t, it in zip(texts[len(where):], way,
+                                                                                    strict=True)]))
+    return res
+
+
 def majority_baseline(train: list[VQAItem], test: list[VQAItem]) -> float:
     """Accuracy of answering each question kind with its most frequent training answer (the blind baseline)."""
     from collections import Counter
