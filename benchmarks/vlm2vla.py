@@ -38,7 +38,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # sibling modules (benchmarks/ is this script's folder)
-from vlm2vla_options import LORA_TARGETS, add_finetune_args, add_pretraining_args, settings  # noqa: E402
+from vlm2vla_options import (  # noqa: E402
+    LORA_TARGETS,
+    add_finetune_args,
+    add_pretraining_args,
+    recorded,
+    settings,
+)
 from vlm2vla_report import write_report  # noqa: E402
 
 log = logging.getLogger("vlm2vla")
@@ -246,14 +252,15 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     pre = vqa_accuracy(load_vlm(pretrained), test)
     log.info("pre-trained VQA: %s (majority baseline %.3f)", pre, majority_baseline(train, test))
     spatial = None
-    if m.get("spatial"):  # did the spatial prior take? held-out where/way questions (in the spatial view)
+    if m.get("spatial") == "language":  # did the spatial prior take? held-out where/way questions (in the spatial
+        # view; the action_tokens control's answers are rare tokens, which spatial_accuracy does not read)
         from training.vla.vqa_scenes import SPATIAL_KINDS, split_vqa
 
         held = [it for it in split_vqa(items, 0.25)[1] if it.kind in SPATIAL_KINDS]
         spatial = spatial_accuracy(load_vlm(pretrained), held, train)
         log.info("pre-trained spatial prior: %s", spatial)
     _stage("pre-training", t0)
-    results: dict[str, Any] = {"mode": mode, "seed": seed, "settings": {k: v for k, v in m.items() if k != "model"},
+    results: dict[str, Any] = {"mode": mode, "seed": seed, "settings": recorded(m),
                                "vqa_pretrained": pre, "vqa_majority_baseline": majority_baseline(
         train, test), "vqa_test_questions": len(test), "demos": len(demos), "methods": {}}
     if spatial is not None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import vlm2vla as base_bench  # the sibling benchmark: modes, data, pre-training and fine-tuning
-from vlm2vla_options import add_finetune_args, add_pretraining_args, settings
+from vlm2vla_options import add_finetune_args, add_pretraining_args, recorded, settings
 
 ROOT = base_bench.ROOT
 log = logging.getLogger("vlm2vla_frontier")
@@ -63,7 +63,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, every: int, held_out: int,
     res: dict[str, Any] = {"mode": mode, "seed": seed, "pretrained": str(pretrained),
                            "pretrained_fingerprint": base_fingerprint(load_vlm(pretrained).model),
                            "vqa_questions": len(probe_vqa), "held_out_demos": len(held), "every": every,
-                           "settings": {k: v for k, v in m.items() if k != "model"}, "methods": {}}
+                           "settings": recorded(m), "methods": {}}
     for method in methods:
         probes: list[FrontierProbe] = []
         _, _, tr = base_bench.finetune(method, pretrained, lang, m, out, seed, progress,
@@ -115,7 +115,8 @@ def report(res: dict[str, Any], docs: Path) -> str:
              "",
              f"Pre-trained VQA accuracy {res['vqa_pretrained']:.3f} on {res['vqa_questions']} held-out questions"
              f"{_prior(st.get('spatial'))}; "
-             f"action error on {res['held_out_demos']} held-out Lift demonstrations; LoRA r 16 / alpha 32, "
+             f"action error on {res['held_out_demos']} held-out Lift demonstrations; LoRA r 16 / alpha 32 on "
+             f"{'every linear layer' if st.get('lora_targets') == 'all-linear' else 'the language model'}, "
              f"{st['ft_steps']} steps of batch {st['batch']} at lr {st['ft_lr']:g} "
              f"({st['ft_schedule']}); a probe every {res['every']} steps; {res['seconds'] / 60:.1f} min.",
              "",
@@ -206,6 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     if not methods or bad:
         p.error(f"--methods: names of {list(base_bench.METHODS)}, got {a.methods!r}")
     m = settings(p, a, base_bench.MODES[mode])
+    if a.pretrained and not a.merge:
+        if not (Path(a.pretrained) / "config.json").is_file():
+            p.error(f"--pretrained {a.pretrained}: not a model directory (no config.json)")
+        try:  # a model pre-trained with other settings (seed, patch size, spatial questions, demos) is refused
+            if not base_bench.reusable_pretrained(Path(a.pretrained), m, a.seed):
+                log.warning("%s has no pre-training key: it is used as given, unchecked", a.pretrained)
+        except ValueError as exc:
+            p.error(str(exc))
     out = Path(a.out) if a.out else ROOT / "runs" / "bench_vlm2vla_frontier" / mode
     out.mkdir(parents=True, exist_ok=True)
     res = merge(a.merge) if a.merge else run(mode, out, ROOT / a.cache, a.seed, a.every or EVERY[mode],

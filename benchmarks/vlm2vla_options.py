@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-#: robosuite's cameras on the Lift scene with a Panda (the policy's view; the VQA scenes are always agentview)
+#: robosuite's cameras on the Lift scene with a Panda (the policy's view; the VQA scenes are agentview's, the spatial
+#: questions' too unless ``--spatial-view policy``)
 CAMERAS = ("agentview", "robot0_eye_in_hand", "frontview", "birdview", "sideview", "robot0_robotview")
 #: ``--lora-targets`` -> peft ``target_modules`` ("" = the family's language-model-only regex)
 LORA_TARGETS = {"lm": "", "all-linear": "all-linear"}
+DEFAULT_PATCH = 16  # agents.vlm.config.TinyVLMConfig.patch_size
 #: settings key -> argparse attribute; an option left out (None, or False for a flag) keeps the mode's value
 OPTION_KEYS = (("ft_steps", "ft_steps"), ("ft_lr", "ft_lr"), ("ft_schedule", "ft_schedule"),
                ("grounding", "grounding"), ("spatial", "spatial_prior"), ("spatial_view", "spatial_view"),
@@ -54,7 +56,7 @@ def add_finetune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--demos", type=int, default=None, help="Lift demonstrations to fine-tune on (default: the mode's)")
     p.add_argument("--camera", choices=CAMERAS, default=None,
                    help="the policy's camera for the demonstrations and the rollouts (the VQA questions stay on "
-                        "agentview scenes; default: agentview)")
+                        "agentview scenes, except the spatial ones with --spatial-view policy; default: agentview)")
     p.add_argument("--demo-noise", type=float, default=None, metavar="M",
                    help="DART: sd (m) of Gaussian noise on the expert's executed steps while recording the "
                         "demonstrations (the labels stay the expert's; default 0)")
@@ -74,13 +76,26 @@ def settings(p: argparse.ArgumentParser, args: argparse.Namespace, mode: dict[st
         val = getattr(args, attr, None)
         if val is not None and not ok(val):
             p.error(f"{msg}, got {val}")
-    if getattr(args, "spatial_view", None) == "policy" and not (args.spatial_prior or mode.get("spatial")):
-        p.error("--spatial-view policy needs --spatial-prior")
+    if getattr(args, "spatial_view", None) == "policy":
+        if not (args.spatial_prior or mode.get("spatial")):
+            p.error("--spatial-view policy needs --spatial-prior")
+        if (getattr(args, "camera", None) or mode["camera"]) == "agentview":
+            p.error("--spatial-view policy needs a --camera other than agentview (the spatial questions already "
+                    "are agentview's)")
     out = dict(mode)
     for key, attr in OPTION_KEYS:
         val = getattr(args, attr, None)
         if val is not None and val is not False:
             out[key] = val
-    if getattr(args, "patch_size", None) is not None:
-        out["model"] = {**mode["model"], "patch_size": args.patch_size}
+    patch = getattr(args, "patch_size", None)
+    if patch is not None and patch != mode["model"].get("patch_size", DEFAULT_PATCH):  # the default keeps the key
+        out["model"] = {**mode["model"], "patch_size": patch}
+    return out
+
+
+def recorded(m: dict[str, Any]) -> dict[str, Any]:
+    """The settings a results file records: all but the model's sizes, plus a patch size other than the default."""
+    out = {k: v for k, v in m.items() if k != "model"}
+    if m["model"].get("patch_size", DEFAULT_PATCH) != DEFAULT_PATCH:
+        out["patch_size"] = m["model"]["patch_size"]
     return out

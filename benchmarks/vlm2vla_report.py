@@ -20,9 +20,12 @@ def write_report(res: dict[str, Any], docs: Path) -> None:
              f"Tiny PaliGemma pre-trained on generated scene VQA: held-out accuracy {pre['accuracy']:.3f} "
              f"({res['vqa_test_questions']} questions; majority-answer baseline {res['vqa_majority_baseline']:.3f}); "
              f"{res['demos']} Lift demonstrations; {res['seconds'] / 60:.1f} min on a 2-core CPU.", "",
-             "LoRA r 16 / alpha 32 on all language-model linear layers; fine-tuning {ft_steps} steps of batch "
+             "LoRA r 16 / alpha 32 on {targets}; fine-tuning {ft_steps} steps of batch "
              "{batch}, lr {ft_lr:g}, {ft_schedule} schedule, {ft_warmup} warm-up steps; {episodes} Lift episodes "
-             "of at most {max_steps} control steps per method (held-out seeds).".format(**res["settings"]), "",
+             "of at most {max_steps} control steps per method (held-out seeds).".format(
+                 targets="every linear layer (vision tower and projector too)"
+                 if res["settings"].get("lora_targets") == "all-linear" else "all language-model linear layers",
+                 **res["settings"]), "",
              "Free generation (the paper's protocol: malformed text resampled, 3 tries per level) and, for the "
              "language codecs, the same fine-tune with grammar-constrained decoding (`constrained=True`).", "",
              "| method | decoding | fine-tune loss | VQA acc | retained | Lift success | episodes | malformed | "

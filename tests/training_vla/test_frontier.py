@@ -211,6 +211,28 @@ def test_run_settings_are_a_copy_of_the_mode_with_the_options_on_top():
     assert "spatial_camera" not in bench.pretrain_key({**wrist, "spatial_view": "agentview"}, 0)
     with pytest.raises(SystemExit):
         options.settings(p, p.parse_args(["--spatial-view", "policy"]), mode)  # no spatial questions to move
+    with pytest.raises(SystemExit):  # agentview already is the spatial questions' camera
+        options.settings(p, p.parse_args(["--spatial-prior", "--spatial-view", "policy"]), mode)
+    assert options.settings(p, p.parse_args(["--patch-size", "16"]), mode)["model"] is mode["model"]  # the default
+    assert options.recorded(patched)["patch_size"] == 8 and "patch_size" not in options.recorded(mode)
+
+
+def test_frontier_refuses_a_pretrained_model_of_other_settings(tmp_path, capsys):
+    """``vlm2vla_frontier.py --pretrained DIR`` checks the model's pre-training key like ``--reuse-pretrained``."""
+    import json
+
+    bench = _bench()
+    path = tmp_path / "pretrained"
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    key = bench.base_bench.pretrain_key(bench.base_bench.MODES["quick"], 0)
+    (path / bench.base_bench.PRETRAIN_KEY).write_text(json.dumps(key))
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--quick", "--pretrained", str(path), "--patch-size", "8", "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2 and "model" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--quick", "--pretrained", str(tmp_path / "none"), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2 and "not a model directory" in capsys.readouterr().err
 
 
 def test_reuse_pretrained_needs_the_same_demonstrations(tmp_path):
@@ -252,3 +274,29 @@ def test_vlm2vla_lora_targets_reach_the_fine_tune(tiny_base, tmp_path, targets, 
     after = dict(merged.named_parameters())
     changed = [n for n in before if "vision_tower" in n and n in after and not torch.equal(before[n], after[n])]
     assert bool(changed) is vision
+
+
+def test_frontier_records_the_demonstrations_through_the_options(tmp_path, monkeypatch):
+    """The frontier run records its training demonstrations through ``--camera`` with ``--demo-noise`` and its
+    held-out ones through the same camera, clean."""
+    import training.vla.data.robosuite_source as source
+
+    bench = _bench()
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def record(task, n, image, seed, cache_dir, progress, camera="agentview", noise_m=0.0):
+        calls.append((n, camera, noise_m, seed))
+        if len(calls) == 2:
+            raise Stop
+        return []
+
+    monkeypatch.setattr(source, "record_robosuite", record)
+    monkeypatch.setattr(bench.base_bench, "vqa_sets", lambda *a: ([], [], []))
+    m = {**bench.base_bench.MODES["quick"], "camera": "robot0_eye_in_hand", "noise": 0.01}
+    with pytest.raises(Stop):
+        bench.run("quick", tmp_path, tmp_path, 3, 4, 1, None, ["VLM2VLA"], 0, False, m=m)
+    assert calls == [(m["demos"], "robot0_eye_in_hand", 0.01, 3),
+                     (1, "robot0_eye_in_hand", 0.0, bench.HELD_OUT_SEED + 3)]

@@ -182,7 +182,6 @@ def test_spatial_prior_questions_speak_the_action_language(tmp_path):
     assert {it.kind for it in general_only(test)}.isdisjoint(SPATIAL_KINDS)
 
 
-
 def test_spatial_questions_through_the_policys_camera(tmp_path):
     """``spatial_camera`` asks the spatial questions on the same scene seen through that camera (the answers stay
     the same offsets); the cache keeps both images per scene, and an older cache (one image per scene) still reads."""
@@ -208,8 +207,9 @@ def test_spatial_questions_through_the_policys_camera(tmp_path):
     assert all(np.array_equal(b.image, w.image) for b, w in zip(back, wrist, strict=True))
     # the layout before spatial cameras: images per scene, in scene_ids order
     old = [a for a in agent if a.kind not in SPATIAL_KINDS]
-    save_npz(tmp_path / "old.npz", images=np.stack([old[0].image, *[a.image for a in old if a.scene > 0][::4]]),
-             scene_ids=np.asarray([0, 1, 2]), scene=np.asarray([a.scene for a in old]),
+    per_scene = {a.scene: a.image for a in old}
+    save_npz(tmp_path / "old.npz", images=np.stack([per_scene[2], per_scene[0], per_scene[1]]),
+             scene_ids=np.asarray([2, 0, 1]), scene=np.asarray([a.scene for a in old]),
              question=np.asarray([a.question for a in old]), answer=np.asarray([a.answer for a in old]),
              kind=np.asarray([a.kind for a in old]))
     read = load_vqa(tmp_path / "old.npz")

@@ -212,7 +212,7 @@ def load_vqa(path: str | Path) -> list[VQAItem]:
     missing, truncated or not one."""
     try:
         with load_npz(path) as z:
-            images = z["images"]
+            images = list(z["images"])  # one array per stored image, shared by its items (re-saving keeps it once)
             if "image_index" in z.files:
                 where = [int(i) for i in z["image_index"]]
             else:  # caches written before spatial cameras: images per scene, in scene_ids order
