@@ -9,8 +9,9 @@ more VQA than action tokens.
 
 ``--pretrained DIR`` reuses a pre-trained VQA model (e.g. ``runs/bench_vlm2vla/full/pretrained``, the same seed's
 data); without it the model is pre-trained here. The fine-tuning and data options are ``vlm2vla.py``'s
-(``--ft-*``, ``--lora-targets``, ``--demos``, ``--camera``, ``--demo-noise``); the held-out demonstrations are
-clean, from the same camera. ``--quick`` (< 1 minute with warm caches) is a flow check; the
+(``--ft-*``, ``--lora-targets``, ``--demos``, ``--camera``, ``--demo-noise``; for the pre-training
+``--spatial-prior``, ``--spatial-view``, ``--patch-size``, ``--pre-steps``); the held-out demonstrations are clean,
+from the same camera. ``--quick`` (< 1 minute with warm caches) is a flow check; the
 last stdout line is one JSON object. The full mode writes ``docs/vlm2vla_frontier.{md,png,json}``.
 """
 
