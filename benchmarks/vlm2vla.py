@@ -154,8 +154,9 @@ def pretrain_key(m: dict[str, Any], seed: int) -> dict[str, Any]:
     key = {"seed": seed, **{k: m.get(k) for k in keys}}
     if m.get("noise"):  # DART demonstrations have other text; absent when 0, as in keys written before the option
         key["noise"] = m["noise"]
-    if spatial_camera(m):  # spatial questions seen through the policy's camera; absent otherwise, as before
-        key["spatial_camera"] = spatial_camera(m)
+    camera = spatial_camera(m)
+    if camera:  # spatial questions seen through the policy's camera; absent otherwise, as before
+        key["spatial_camera"] = camera
     return json.loads(json.dumps(key, sort_keys=True, default=str))
 
 
@@ -249,7 +250,8 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
         pretrained = pretrain_vqa(out, pretrain_corpus(lang, items, m), train, m, seed, progress)
     from agents.vlm import load_vlm
 
-    pre = vqa_accuracy(load_vlm(pretrained), test)
+    pre_bundle = load_vlm(pretrained)
+    pre = vqa_accuracy(pre_bundle, test)
     log.info("pre-trained VQA: %s (majority baseline %.3f)", pre, majority_baseline(train, test))
     spatial = None
     if m.get("spatial") == "language":  # did the spatial prior take? held-out where/way questions (in the spatial
@@ -257,7 +259,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
         from training.vla.vqa_scenes import SPATIAL_KINDS, split_vqa
 
         held = [it for it in split_vqa(items, 0.25)[1] if it.kind in SPATIAL_KINDS]
-        spatial = spatial_accuracy(load_vlm(pretrained), held, train)
+        spatial = spatial_accuracy(pre_bundle, held, train)
         log.info("pre-trained spatial prior: %s", spatial)
     _stage("pre-training", t0)
     results: dict[str, Any] = {"mode": mode, "seed": seed, "settings": recorded(m),

@@ -20,27 +20,37 @@ def _first_word(text: str) -> str:
     return words[0] if words else ""
 
 
+def greedy_generations(bundle: Any, images: list[Any], prompts: list[str], max_new_tokens: int,
+                       batch_size: int = 32, progress: bool = False, desc: str = "generate") -> list[Any]:
+    """Greedy :class:`agents.vlm.Generation` per (image, prompt), in batches, with the model in eval mode (its
+    training mode is restored afterwards, also on an error)."""
+    from agents.vlm import GenerationSettings, generate
+
+    was_training = bundle.model.training
+    bundle.model.eval()
+    settings = GenerationSettings(max_new_tokens=max_new_tokens)
+    gens: list[Any] = []
+    try:
+        for i in tqdm(range(0, len(prompts), batch_size), desc=desc, disable=not progress, leave=False):
+            gens += generate(bundle, images[i:i + batch_size], prompts[i:i + batch_size], settings)
+    finally:
+        if was_training:
+            bundle.model.train()
+    return gens
+
+
 def vqa_accuracy(bundle: Any, items: list[VQAItem], batch_size: int = 32, progress: bool = False) -> dict[str, Any]:
     """Greedy answers to ``items``; accuracy = first answer word equals the ground truth. Returns ``{"accuracy",
     "by_kind": {kind: accuracy}, "n", "in_vocabulary"}``; ``in_vocabulary`` is the fraction of answers whose first
     word is one of the items' answers at all (a model can lose the answer format, not only the facts)."""
-    from agents.vlm import GenerationSettings, generate
-
     if not items:
         raise ValueError("no VQA items to evaluate")
-    was_training = bundle.model.training
-    bundle.model.eval()
-    settings = GenerationSettings(max_new_tokens=4)
-    correct: list[bool] = []
-    answers, valid = {it.answer for it in items}, []
-    for i in tqdm(range(0, len(items), batch_size), desc="vqa eval", disable=not progress, leave=False):
-        chunk = items[i:i + batch_size]
-        gens = generate(bundle, [it.image for it in chunk], [it.question for it in chunk], settings)
-        words = [_first_word(g.text) for g in gens]
-        correct += [w == it.answer for w, it in zip(words, chunk, strict=True)]
-        valid += [w in answers for w in words]
-    if was_training:
-        bundle.model.train()
+    gens = greedy_generations(bundle, [it.image for it in items], [it.question for it in items], 4, batch_size,
+                              progress, desc="vqa eval")
+    words = [_first_word(g.text) for g in gens]
+    answers = {it.answer for it in items}
+    correct = [w == it.answer for w, it in zip(words, items, strict=True)]
+    valid = [w in answers for w in words]
     by_kind: dict[str, list[bool]] = {}
     for ok, it in zip(correct, items, strict=True):
         by_kind.setdefault(it.kind, []).append(ok)
@@ -62,23 +72,15 @@ def spatial_accuracy(bundle: Any, items: list[VQAItem], train: list[VQAItem] | N
     ``where_err_cm`` (median horizontal error of the parsed offsets; an unparsed answer counts as the prior's),
     ``where_parsed``, ``way_accuracy`` (exact phrase) and, with ``train``, ``where_prior_cm``: the error of always
     answering the training offsets' mean (what a model that does not look at the image can reach)."""
-    from agents.vlm import GenerationSettings, generate
-
     where = [it for it in items if it.kind == "where"]
     way = [it for it in items if it.kind == "way"]
     if not where and not way:
         raise ValueError("no spatial (where / way) VQA items to evaluate")
     truth = lambda its: np.stack([_offset(it.answer) for it in its])  # noqa: E731
     prior = truth([it for it in (train or where) if it.kind == "where"]).mean(0) if where else np.zeros(3)
-    was_training = bundle.model.training
-    bundle.model.eval()
-    settings = GenerationSettings(max_new_tokens=24)
-    texts: list[str] = []
-    for i in range(0, len(where) + len(way), batch_size):
-        chunk = (where + way)[i:i + batch_size]
-        texts += [g.text for g in generate(bundle, [it.image for it in chunk], [it.question for it in chunk], settings)]
-    if was_training:
-        bundle.model.train()
+    asked = where + way
+    texts = [g.text for g in greedy_generations(bundle, [it.image for it in asked], [it.question for it in asked], 24,
+                                                batch_size)]
     res: dict[str, Any] = {"n_where": len(where), "n_way": len(way)}
     if where:
         got = [_offset(t) for t in texts[:len(where)]]

@@ -56,24 +56,15 @@ def action_error(bundle: Any, codec: Any, samples: Sequence[Sample], max_new_tok
     "gripper_acc": the chunk's final gripper state right (malformed: wrong), "n", "example": the first generation's
     text}``.
     """
-    from agents.vlm import GenerationSettings, generate
+    from training.vla.evaluate import greedy_generations
 
     acts = [s for s in samples if s.kind == "action"]
     if not acts:
         raise ValueError("action_error needs samples of kind 'action'")
-    was_training = bundle.model.training
-    bundle.model.eval()
-    settings = GenerationSettings(max_new_tokens=max_new_tokens)
-    scores, example = [], ""
-    try:
-        for i in range(0, len(acts), batch_size):
-            chunk = acts[i:i + batch_size]
-            gens = generate(bundle, [s.image for s in chunk], [s.prompt for s in chunk], settings)
-            scores += [score_chunk(codec, s.target, g.text, g.token_ids) for g, s in zip(gens, chunk, strict=True)]
-            example = example or gens[0].text[:120]
-    finally:
-        if was_training:
-            bundle.model.train()
+    gens = greedy_generations(bundle, [s.image for s in acts], [s.prompt for s in acts], max_new_tokens, batch_size)
+    scores = [score_chunk(codec, s.target, g.text, g.token_ids) for g, s in zip(gens, acts, strict=True)]
+    # the first batch-leading generation with any text
+    example = next((g.text[:120] for g in gens[::batch_size] if g.text[:120]), "")
     errs, norms, bad, grip = (np.array([sc[k] for sc in scores], dtype=float) for k in range(4))
     return {"disp_err_cm": float(errs.mean()), "rel_err": float(errs.sum() / max(norms.sum(), 1e-9)),
             "malformed": float(bad.mean()), "gripper_acc": float(grip.mean()), "n": len(acts), "example": example}
