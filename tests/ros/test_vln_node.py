@@ -99,7 +99,7 @@ def vln(start_node, ros_node):
 
 
 def test_acts_and_clamps(vln):
-    vln.feed(1.0)
+    vln.warm()  # feeds until the node acts: a loaded box can delay its first decision past a fixed 1 s feed
     assert vln.actions and set(vln.actions) == {1}
     moving = [m for _, m in vln.twists if m.linear.x > 0]
     assert moving, "no forward command"
