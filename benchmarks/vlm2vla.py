@@ -232,7 +232,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     from sim.manip import ManipTask
     from training.vla.blind import language_replay_rollout, mean_trajectory, replay_rollout
     from training.vla.data.robosuite_source import record_robosuite
-    from training.vla.evaluate import majority_baseline, rollout, spatial_accuracy, vqa_accuracy
+    from training.vla.evaluate import majority_baseline, rollout, skill_retained, spatial_accuracy, vqa_accuracy
     from training.vla.relabel import ScriptedRelabeller
 
     torch.set_num_threads(1)
@@ -252,7 +252,8 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
 
     pre_bundle = load_vlm(pretrained)
     pre = vqa_accuracy(pre_bundle, test)
-    log.info("pre-trained VQA: %s (majority baseline %.3f)", pre, majority_baseline(train, test))
+    majority = majority_baseline(train, test)
+    log.info("pre-trained VQA: %s (majority baseline %.3f)", pre, majority)
     spatial = None
     if m.get("spatial") == "language":  # did the spatial prior take? held-out where/way questions (in the spatial
         # view; the action_tokens control's answers are rare tokens, which spatial_accuracy does not read)
@@ -263,8 +264,8 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
         log.info("pre-trained spatial prior: %s", spatial)
     _stage("pre-training", t0)
     results: dict[str, Any] = {"mode": mode, "seed": seed, "settings": recorded(m),
-                               "vqa_pretrained": pre, "vqa_majority_baseline": majority_baseline(
-        train, test), "vqa_test_questions": len(test), "demos": len(demos), "methods": {}}
+                               "vqa_pretrained": pre, "vqa_majority_baseline": majority,
+                               "vqa_test_questions": len(test), "demos": len(demos), "methods": {}}
     if spatial is not None:
         results["spatial_pretrained"] = spatial
     task = ManipTask(task="lift", image_size=m["image"], camera=m["camera"])
@@ -290,7 +291,8 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
             results["methods"][method] = {
                 **tr, "vqa": acc, **ro,
                 # undefined (NaN) when the pre-trained model answers nothing right (can happen in --quick)
-                "retention": acc["accuracy"] / pre["accuracy"] if pre["accuracy"] > 0 else float("nan")}
+                "retention": acc["accuracy"] / pre["accuracy"] if pre["accuracy"] > 0 else float("nan"),
+                "skill_retained": skill_retained(acc["accuracy"], pre["accuracy"], majority)}
             if codec.hierarchical:  # the same fine-tune with grammar-constrained decoding (agents.vla.constrained)
                 ccfg = dataclasses.replace(policy.config, constrained=True)
                 results["methods"][method]["constrained"] = rollout(
@@ -363,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "mode": mode, "vqa_pretrained": round(res["vqa_pretrained"]["accuracy"], 4),
         "retention": {k: num(v["retention"]) for k, v in res["methods"].items()},
+        "skill_retained": {k: num(v["skill_retained"]) for k, v in res["methods"].items()},
         "success": {k: v["success"] for k, v in res["methods"].items()},
         "malformed_rate": {k: num(v["malformed_rate"]) for k, v in res["methods"].items()},
         "success_constrained": {k: v["constrained"]["success"] for k, v in res["methods"].items()

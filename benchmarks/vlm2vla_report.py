@@ -28,13 +28,17 @@ def write_report(res: dict[str, Any], docs: Path) -> None:
                  **res["settings"]), "",
              "Free generation (the paper's protocol: malformed text resampled, 3 tries per level) and, for the "
              "language codecs, the same fine-tune with grammar-constrained decoding (`constrained=True`).", "",
-             "| method | decoding | fine-tune loss | VQA acc | retained | Lift success | episodes | malformed | "
-             "gave up | s/action | s/generation |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "Retained: VQA accuracy / the pre-trained model's. Skill kept: the accuracy above the majority-answer "
+             "baseline / the pre-trained model's above it (0 = no better than answering each kind's most frequent "
+             "answer; `training.vla.evaluate.skill_retained`).", "",
+             "| method | decoding | fine-tune loss | VQA acc | retained | skill kept | Lift success | episodes | "
+             "malformed | gave up | s/action | s/generation |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def row(name: str, kind: str, r: dict[str, Any], ro: dict[str, Any]) -> str:
         return (f"| {name} | {kind} | {r['first_loss']:.2f} -> {r['last_loss']:.2f} | {r['vqa']['accuracy']:.3f} | "
-                f"{100 * r['retention']:.0f}% | {ro['success']:.2f} | {ro['episodes']} | {ro['malformed_rate']:.2f} | "
+                f"{100 * r['retention']:.0f}% | {100 * r.get('skill_retained', float('nan')):.0f}% | "
+                f"{ro['success']:.2f} | {ro['episodes']} | {ro['malformed_rate']:.2f} | "
                 f"{ro['gave_up']} | {ro['sec_per_action']:.3f} | {ro.get('sec_per_generation', float('nan')):.3f} |")
 
     for name, r in res["methods"].items():
@@ -45,7 +49,7 @@ def write_report(res: dict[str, Any], docs: Path) -> None:
                        ("blind_replay", "blind: mean demonstration replayed open loop")):
         if key in res:
             b = res[key]
-            lines.append(f"| {label} | none | - | - | - | {b['success']:.2f} | {b['episodes']} | - | - | - | - |")
+            lines.append(f"| {label} | none | - | - | - | - | {b['success']:.2f} | {b['episodes']} | - | - | - | - |")
     kinds = sorted(pre["by_kind"])
     lines += ["", "Held-out VQA accuracy by question kind:", "",
               "| model | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds),

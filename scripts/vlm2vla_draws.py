@@ -4,8 +4,9 @@
 Each argument is a run's ``results.json`` or its ``--out`` folder (``<out>/full/results.json`` is read), or several
 runs of one draw joined by ``+`` (methods fine-tuned in parallel processes from the same pre-trained model). Runs with
 different settings are refused (``--allow-mixed`` combines them anyway and lists the differences). Writes a Markdown
-table (per draw and mean +- sd of VQA retention, Lift success free / constrained, malformed rate, the blind floor)
-and a PNG; the last stdout line is one JSON object with the means and how many draws keep the paper's ordering.
+table (per draw and mean +- sd of VQA retention, the VQA skill above the blind baseline kept, Lift success free /
+constrained, malformed rate, the blind floor) and a PNG; the last stdout line is one JSON object with the means and
+how many draws keep the paper's ordering.
 
     python scripts/vlm2vla_draws.py runs/s0 runs/s1 runs/s2 --labels 0,1,2 --md docs/vlm2vla_draws.md \\
         --png docs/vlm2vla_draws.png
@@ -23,6 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents.core.config import differing_keys  # noqa: E402
+from training.vla.evaluate import skill_retained  # noqa: E402
 
 log = logging.getLogger("vlm2vla_draws")
 LANG, AT = "VLM2VLA", "VLM2VLA-AT"
@@ -73,6 +75,16 @@ def _mean_sd(xs: list[float], pct: bool = False) -> str:
     return f"{statistics.fmean(xs):.2f} +- {sd:.2f}"
 
 
+def _skill(r: dict[str, Any], x: dict[str, Any] | None) -> float | None:
+    """The method's VQA skill above the blind baseline kept (``training.vla.evaluate.skill_retained``); ``None``
+    when the run did not record what it needs (runs before the majority baseline was saved) or it is undefined."""
+    try:
+        v = skill_retained(x["vqa"]["accuracy"], r["vqa_pretrained"]["accuracy"], r["vqa_majority_baseline"])
+    except (KeyError, TypeError):
+        return None
+    return None if v != v else v
+
+
 def summarize(draws: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per method: retention, free and constrained success, malformed rate per draw; the blind floor per draw; the
     number of draws where VLM2VLA retains more than VLM2VLA-AT and where each method beats the blind floor."""
@@ -85,6 +97,7 @@ def summarize(draws: dict[str, dict[str, Any]]) -> dict[str, Any]:
         rows = [r["methods"].get(m) for r in draws.values()]
         out["methods"][m] = {
             "retention": [x["retention"] if x else None for x in rows],
+            "skill": [_skill(r, x) if x else None for r, x in zip(draws.values(), rows)],
             "success": [x["success"] if x else None for x in rows],
             "constrained": [x["constrained"]["success"] if x and "constrained" in x else None for x in rows],
             "malformed": [x["malformed_rate"] if x else None for x in rows],
@@ -113,6 +126,8 @@ def markdown(s: dict[str, Any]) -> str:
     add("pre-trained", "VQA accuracy", s["pretrained"])
     for m, d in s["methods"].items():
         add(m, "VQA retained", d["retention"], pct=True)
+        if any(x is not None for x in d["skill"]):
+            add(m, "VQA skill above blind kept", d["skill"], pct=True)
         add(m, "Lift success (free)", d["success"])
         if any(x is not None for x in d["constrained"]):
             add(m, "Lift success (constrained)", d["constrained"])
@@ -205,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
 
     line = {"draws": len(draws),
             "retention": {m: mean(d["retention"]) for m, d in s["methods"].items()},
+            "skill_retained": {m: mean(d["skill"]) for m, d in s["methods"].items()},
             "success": {m: mean(d["success"]) for m, d in s["methods"].items()},
             "blind": mean(s["blind"]),
             "above_blind": {m: d["above_blind"] for m, d in s["methods"].items()},

@@ -51,3 +51,41 @@ def test_rollout_reports_which_seeds_succeed_and_counts_give_ups():
     assert res["succeeded"] == [10, 12] and res["success"] == pytest.approx(2 / 3)
     assert res["gave_up"] == 1 and res["episodes"] == 3 and res["malformed_rate"] > 0
     assert short["succeeded"] == [] and short["success"] == 0.0 and short["steps"] == 3
+
+
+def test_skill_retained_counts_only_the_skill_above_the_blind_baseline():
+    import math
+
+    from training.vla.evaluate import skill_retained
+
+    assert skill_retained(0.6, 0.6, 0.4) == pytest.approx(1.0)  # all kept
+    assert skill_retained(0.5, 0.6, 0.4) == pytest.approx(0.5)  # plain retention would say 83 %
+    assert skill_retained(0.4, 0.6, 0.4) == pytest.approx(0.0)  # a constant answer per kind keeps nothing
+    assert skill_retained(0.2, 0.6, 0.4) == pytest.approx(-1.0)  # worse than constants: the answer format lost
+    assert math.isnan(skill_retained(0.5, 0.4, 0.4))  # nothing above the baseline to keep
+    with pytest.raises(ValueError, match="accuracy in"):
+        skill_retained(60.0, 0.6, 0.4)  # a percentage, not an accuracy
+    with pytest.raises(ValueError, match="majority"):
+        skill_retained(0.5, 0.6, float("nan"))
+
+
+def test_benchmark_report_shows_the_skill_kept(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from vlm2vla_report import write_report
+
+    ro = {"success": 0.3, "episodes": 50, "malformed_rate": 0.02, "gave_up": 1, "sec_per_action": 0.05,
+          "sec_per_generation": 0.1}
+    kinds = {"table": 0.9, "count": 0.6}
+    res = {"vqa_pretrained": {"accuracy": 0.6, "by_kind": kinds}, "vqa_test_questions": 600,
+           "vqa_majority_baseline": 0.4, "demos": 30, "seconds": 60.0,
+           "settings": {"ft_steps": 10, "batch": 4, "ft_lr": 1e-3, "ft_schedule": "cosine", "ft_warmup": 0,
+                        "episodes": 50, "max_steps": 40},
+           "methods": {"VLM2VLA": {"first_loss": 3.0, "last_loss": 1.0, "retention": 0.5 / 0.6, "skill_retained": 0.5,
+                                   "vqa": {"accuracy": 0.5, "by_kind": kinds}, **ro}}}
+    write_report(res, tmp_path)
+    md = (tmp_path / "vlm2vla.md").read_text()
+    assert "| VLM2VLA | free | 3.00 -> 1.00 | 0.500 | 83% | 50% | 0.30 | 50 |" in md
+    assert (tmp_path / "vlm2vla.png").stat().st_size > 1000

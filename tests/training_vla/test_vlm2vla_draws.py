@@ -19,13 +19,13 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 def _draw(tmp: Path, name: str, lang: tuple, at: tuple, blind: float, settings: dict | None = None) -> Path:
     def method(ret, succ, constr=None):
-        m = {"retention": ret, "success": succ, "malformed_rate": 0.01, "episodes": 50}
+        m = {"retention": ret, "success": succ, "malformed_rate": 0.01, "episodes": 50, "vqa": {"accuracy": 0.6 * ret}}
         if constr is not None:
             m["constrained"] = {"success": constr}
         return m
 
     res = {"mode": "full", "seed": int(name[1:]), "settings": settings or {"ft_steps": 2000, "episodes": 50},
-           "vqa_pretrained": {"accuracy": 0.6}, "blind_replay": {"success": blind},
+           "vqa_pretrained": {"accuracy": 0.6}, "vqa_majority_baseline": 0.4, "blind_replay": {"success": blind},
            "methods": {"VLM2VLA": method(*lang), "VLM2VLA-AT": method(*at), "binned (OpenVLA-style)": method(0.3, 0.0)}}
     run = tmp / name / "full"
     run.mkdir(parents=True)
@@ -47,6 +47,9 @@ def test_draws_are_combined(tmp_path):
     md = (tmp_path / "t.md").read_text()
     assert "| method | measure | draw 0 | draw 1 | mean +- sd |" in md
     assert "| VLM2VLA | VQA retained | 70% | 50% | 60% +- 14 |" in md
+    # accuracy 0.42 / 0.30 against the pre-trained 0.6 and the majority answers' 0.4: (acc - 0.4) / 0.2
+    assert "| VLM2VLA | VQA skill above blind kept | 10% | -50% | -20% +- 42 |" in md
+    assert line["skill_retained"]["VLM2VLA-AT"] == pytest.approx(((0.36 - 0.4) + (0.48 - 0.4)) / 0.2 / 2)
     assert "- VLM2VLA above the blind floor (free) in 1 of 2 draws" in md  # 0.30 < 0.40, 0.50 > 0.38
     assert "| VLM2VLA | Lift success (constrained) | 0.30 | 0.40 |" in md
     assert (tmp_path / "p.png").stat().st_size > 1000

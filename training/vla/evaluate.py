@@ -105,6 +105,21 @@ def majority_baseline(train: list[VQAItem], test: list[VQAItem]) -> float:
     return float(np.mean([best.get(it.kind) == it.answer for it in test]))
 
 
+def skill_retained(accuracy: float, pretrained: float, majority: float) -> float:
+    """Share of the pre-trained model's VQA skill *above the blind baseline* that a fine-tuned model keeps:
+    ``(accuracy - majority) / (pretrained - majority)``, where ``majority`` is :func:`majority_baseline` (answering
+    each question kind with its most frequent training answer). 1 = all kept; 0 = no better than that constant
+    answer; negative = worse than it (the answer format itself was lost). Plain retention (``accuracy /
+    pretrained``) credits a model that answers constants with ``majority / pretrained`` (0.7 for the tiny
+    benchmark models), this score does not. NaN when the pre-trained model does not beat the baseline."""
+    for name, v in (("accuracy", accuracy), ("pretrained", pretrained), ("majority", majority)):
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"{name} must be an accuracy in [0, 1], got {v}")
+    if pretrained <= majority:
+        return float("nan")
+    return (accuracy - majority) / (pretrained - majority)
+
+
 def rollout(policy: Any, task: Any, seeds: list[int], max_steps: int = 60, progress: bool = False) -> dict[str, Any]:
     """Closed-loop episodes of ``policy`` in ``task`` (a :class:`sim.manip.ManipTask`), one per seed.
 
