@@ -43,6 +43,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, every: int, held_out: int,
     settings (default: the mode's). The held-out demonstrations are clean (no DART noise), from the same camera."""
     base_bench.preload_ml_stack()
     from training.vla.data.robosuite_source import record_robosuite
+    from training.vla.evaluate import majority_baseline, skill_retained
     from training.vla.frontier import FrontierProbe
     from training.vla.relabel import ScriptedRelabeller
 
@@ -63,7 +64,9 @@ def run(mode: str, out: Path, cache: Path, seed: int, every: int, held_out: int,
 
     res: dict[str, Any] = {"mode": mode, "seed": seed, "pretrained": str(pretrained),
                            "pretrained_fingerprint": base_fingerprint(load_vlm(pretrained).model),
-                           "vqa_questions": len(probe_vqa), "held_out_demos": len(held), "every": every,
+                           "vqa_questions": len(probe_vqa),
+                           "vqa_majority_baseline": majority_baseline(train, probe_vqa),
+                           "held_out_demos": len(held), "every": every,
                            "settings": recorded(m), "methods": {}}
     for method in methods:
         probes: list[FrontierProbe] = []
@@ -72,7 +75,9 @@ def run(mode: str, out: Path, cache: Path, seed: int, every: int, held_out: int,
         # step 0 is the pre-trained model itself (LoRA's B starts at zero): the baseline of the retention
         pre = probes[0].points[0]["vqa"]
         res.setdefault("vqa_pretrained", pre)
-        points = [{**p, "retention": p["vqa"] / pre if pre > 0 else float("nan")} for p in probes[0].points]
+        points = [{**p, "retention": p["vqa"] / pre if pre > 0 else float("nan"),
+                   "skill_retained": skill_retained(p["vqa"], pre, res["vqa_majority_baseline"])}
+                  for p in probes[0].points]
         res["methods"][method] = {**tr, "points": points}
         (out / "frontier_partial.json").write_text(json.dumps(res, indent=1, default=float))
         log.info("%s done (%.0f s elapsed)", method, time.perf_counter() - t0)
@@ -121,12 +126,16 @@ def report(res: dict[str, Any], docs: Path) -> str:
              f"{st['ft_steps']} steps of batch {st['batch']} at lr {st['ft_lr']:g} "
              f"({st['ft_schedule']}); a probe every {res['every']} steps; {res['seconds'] / 60:.1f} min.",
              "",
-             "| method | step | VQA retained | answers in vocabulary | action error (rel.) | error (cm) | malformed | "
-             "gripper right |", "|---|---|---|---|---|---|---|---|"]
+             "Skill kept: VQA accuracy above the majority-answer baseline "
+             f"({res.get('vqa_majority_baseline', float('nan')):.3f}) / the pre-trained model's above it "
+             "(`training.vla.evaluate.skill_retained`; 0 = no better than constant answers).", "",
+             "| method | step | VQA retained | skill kept | answers in vocabulary | action error (rel.) | error (cm) | "
+             "malformed | gripper right |", "|---|---|---|---|---|---|---|---|---|"]
     for name, r in meths.items():
         for p in r["points"]:
-            voc = p.get("vqa_in_vocabulary")
+            voc, skill = p.get("vqa_in_vocabulary"), p.get("skill_retained")
             lines.append(f"| {name} | {p['step']} | {100 * p['retention']:.0f} % | "
+                         f"{'-' if skill is None or skill != skill else f'{100 * skill:.0f} %'} | "
                          f"{'-' if voc is None else f'{voc:.2f}'} | {p['rel_err']:.2f} | "
                          f"{p['disp_err_cm']:.2f} | {p['malformed']:.2f} | {p['gripper_acc']:.2f} |")
     best = max(min(p["rel_err"] for p in r["points"]) for r in meths.values()) if meths else float("nan")

@@ -120,7 +120,11 @@ def test_frontier_runs_merge_into_one_report(tmp_path) -> None:
         (tmp_path / f"r{i}.json").write_text(json.dumps({**run, "methods": {name: {"points": pts}}, "seconds": 60.0}))
     res = bench.merge(paths)
     assert set(res["methods"]) == {"VLM2VLA", "VLM2VLA-AT"}
+    res["vqa_majority_baseline"] = 0.4
+    res["methods"]["VLM2VLA"]["points"][1]["skill_retained"] = -0.25  # runs since the skill score record it
     md = bench.report(res, tmp_path / "docs")
+    assert "| VLM2VLA | 100 | 80 % | -25 % |" in md and "| VLM2VLA-AT | 100 | 40 % | - |" in md
+    assert "majority-answer baseline (0.400)" in md
     # both reach 0.5: VLM2VLA keeps 1.0 + (0.5/0.7)(0.8 - 1.0) there, AT its 40 %
     assert "| VLM2VLA | 86 % |" in md and "| VLM2VLA-AT | 40 % |" in md
     assert (tmp_path / "docs" / "vlm2vla_frontier.png").is_file()
