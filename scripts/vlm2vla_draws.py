@@ -106,6 +106,7 @@ def summarize(draws: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if lang and at:
         pairs = [(a, b) for a, b in zip(lang["retention"], at["retention"]) if a is not None and b is not None]
         out["lang_over_at_retention"] = sum(a > b for a, b in pairs)
+        out["paired_draws"] = len(pairs)  # draws with both methods (a draw may lack one)
         pairs = [(a, b) for a, b in zip(lang["success"], at["success"]) if a is not None and b is not None]
         out["lang_over_at_success"] = sum(a > b for a, b in pairs)
     return out
@@ -133,12 +134,12 @@ def markdown(s: dict[str, Any]) -> str:
             add(m, "Lift success (constrained)", d["constrained"])
         add(m, "malformed (free)", d["malformed"])
     add("blind replay", "Lift success", s["blind"])
-    n = len(labels)
-    lines += [""] + [f"- {m} above the blind floor (free) in {d['above_blind']} of {n} draws"
-                     for m, d in s["methods"].items()]
+    lines += [""] + [f"- {m} above the blind floor (free) in {d['above_blind']} of "
+                     f"{sum(x is not None for x in d['success'])} draws" for m, d in s["methods"].items()]
     if "lang_over_at_retention" in s:
+        n = s["paired_draws"]
         lines.append(f"- {LANG} retains more VQA than {AT} in {s['lang_over_at_retention']} of {n} draws and succeeds "
-                     f"more often in {s['lang_over_at_success']} of {n}")
+                     f"more often in {s['lang_over_at_success']} of {n} (draws with both)")
     return "\n".join(lines) + "\n"
 
 
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             "blind": mean(s["blind"]),
             "above_blind": {m: d["above_blind"] for m, d in s["methods"].items()},
             "lang_over_at_retention": s.get("lang_over_at_retention"),
-            "lang_over_at_success": s.get("lang_over_at_success")}
+            "lang_over_at_success": s.get("lang_over_at_success"), "paired_draws": s.get("paired_draws")}
     print(json.dumps(line))
     return 0
 

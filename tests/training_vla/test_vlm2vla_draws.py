@@ -99,3 +99,17 @@ def test_runs_of_one_draw_are_joined_with_plus(tmp_path):
                      (lang, "VLM2VLA already in this draw")):
         res = _run(f"{lang}+{bad}")
         assert res.returncode == 2 and why in res.stderr, res.stderr
+
+
+def test_draws_missing_a_method_count_only_the_draws_that_have_it(tmp_path):
+    a = _draw(tmp_path, "s0", (0.7, 0.50, 0.50), (0.6, 0.16, 0.2), 0.40)
+    b = _draw(tmp_path, "s1", (0.5, 0.50, 0.40), (0.8, 0.20, 0.2), 0.38)
+    b_lang = _split(tmp_path, b, "s1_lang", ["VLM2VLA"])  # AT and binned not run on this draw
+    res = _run(str(a), str(b_lang), "--md", str(tmp_path / "t.md"))
+    assert res.returncode == 0, res.stderr
+    line = json.loads(res.stdout.strip().splitlines()[-1])
+    assert line["paired_draws"] == 1 and line["lang_over_at_retention"] == 1
+    md = (tmp_path / "t.md").read_text()
+    assert "- VLM2VLA above the blind floor (free) in 2 of 2 draws" in md
+    assert "- VLM2VLA-AT above the blind floor (free) in 0 of 1 draws" in md
+    assert "retains more VQA than VLM2VLA-AT in 1 of 1 draws and succeeds more often in 1 of 1" in md
