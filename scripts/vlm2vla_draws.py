@@ -89,10 +89,13 @@ def summarize(draws: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per method: retention, free and constrained success, malformed rate per draw; the blind floor per draw; the
     number of draws where VLM2VLA retains more than VLM2VLA-AT and where each method beats the blind floor."""
     methods = list(dict.fromkeys(m for r in draws.values() for m in r["methods"]))
-    out: dict[str, Any] = {"labels": list(draws), "methods": {}, "blind": [], "pretrained": []}
+    out: dict[str, Any] = {"labels": list(draws), "methods": {}, "blind": [], "pretrained": [], "constant": []}
     for r in draws.values():
         out["blind"].append(r.get("blind_replay", {}).get("success"))
         out["pretrained"].append(r["vqa_pretrained"]["accuracy"])
+        # the retention of a model answering each kind's most frequent answer (majority baseline / pre-trained)
+        maj, pre = r.get("vqa_majority_baseline"), r["vqa_pretrained"]["accuracy"]
+        out["constant"].append(maj / pre if isinstance(maj, float) and pre > 0 else None)
     for m in methods:
         rows = [r["methods"].get(m) for r in draws.values()]
         out["methods"][m] = {
@@ -133,6 +136,8 @@ def markdown(s: dict[str, Any]) -> str:
         if any(x is not None for x in d["constrained"]):
             add(m, "Lift success (constrained)", d["constrained"])
         add(m, "malformed (free)", d["malformed"])
+    if any(x is not None for x in s["constant"]):
+        add("constant answers (majority per kind)", "VQA retained", s["constant"], pct=True)
     add("blind replay", "Lift success", s["blind"])
     lines += [""] + [f"- {m} above the blind floor (free) in {d['above_blind']} of "
                      f"{sum(x is not None for x in d['success'])} draws" for m, d in s["methods"].items()]
@@ -160,6 +165,9 @@ def plot(s: dict[str, Any], png: Path) -> None:
                       alpha=0.5)
                 a.scatter([i] * len(xs), [scale * x for x in xs], c="k", s=12, zorder=3)
     ax[0].axhline(85, ls="--", c="k", lw=1, label="paper's claim (85%)")
+    const = [c for c in s["constant"] if c is not None]
+    if const:
+        ax[0].axhline(100 * statistics.fmean(const), ls=":", c="tab:red", lw=1.2, label="constant answers (mean)")
     ax[0].set_ylabel("VQA accuracy retained (%)")
     blind = [b for b in s["blind"] if b is not None]
     if blind:

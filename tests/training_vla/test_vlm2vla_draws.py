@@ -49,6 +49,7 @@ def test_draws_are_combined(tmp_path):
     assert "| VLM2VLA | VQA retained | 70% | 50% | 60% +- 14 |" in md
     # accuracy 0.42 / 0.30 against the pre-trained 0.6 and the majority answers' 0.4: (acc - 0.4) / 0.2
     assert "| VLM2VLA | VQA skill above blind kept | 10% | -50% | -20% +- 42 |" in md
+    assert "| constant answers (majority per kind) | VQA retained | 67% | 67% | 67% +- 0 |" in md  # 0.4 / 0.6
     assert line["skill_retained"]["VLM2VLA-AT"] == pytest.approx(((0.36 - 0.4) + (0.48 - 0.4)) / 0.2 / 2)
     assert "- VLM2VLA above the blind floor (free) in 1 of 2 draws" in md  # 0.30 < 0.40, 0.50 > 0.38
     assert "| VLM2VLA | Lift success (constrained) | 0.30 | 0.40 |" in md
