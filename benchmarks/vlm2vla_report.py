@@ -36,8 +36,9 @@ def write_report(res: dict[str, Any], docs: Path) -> None:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def row(name: str, kind: str, r: dict[str, Any], ro: dict[str, Any]) -> str:
+        skill = r.get("skill_retained", float("nan"))  # NaN: the pre-trained model is not above the baseline
         return (f"| {name} | {kind} | {r['first_loss']:.2f} -> {r['last_loss']:.2f} | {r['vqa']['accuracy']:.3f} | "
-                f"{100 * r['retention']:.0f}% | {100 * r.get('skill_retained', float('nan')):.0f}% | "
+                f"{100 * r['retention']:.0f}% | {'-' if skill != skill else f'{100 * skill:.0f}%'} | "
                 f"{ro['success']:.2f} | {ro['episodes']} | {ro['malformed_rate']:.2f} | "
                 f"{ro['gave_up']} | {ro['sec_per_action']:.3f} | {ro.get('sec_per_generation', float('nan')):.3f} |")
 

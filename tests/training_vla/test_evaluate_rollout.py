@@ -88,4 +88,7 @@ def test_benchmark_report_shows_the_skill_kept(tmp_path):
     write_report(res, tmp_path)
     md = (tmp_path / "vlm2vla.md").read_text()
     assert "| VLM2VLA | free | 3.00 -> 1.00 | 0.500 | 83% | 50% | 0.30 | 50 |" in md
+    res["methods"]["VLM2VLA"]["skill_retained"] = float("nan")  # the pre-trained model not above the baseline
+    write_report(res, tmp_path)
+    assert "| VLM2VLA | free | 3.00 -> 1.00 | 0.500 | 83% | - | 0.30 |" in (tmp_path / "vlm2vla.md").read_text()
     assert (tmp_path / "vlm2vla.png").stat().st_size > 1000
