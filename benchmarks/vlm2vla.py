@@ -12,7 +12,9 @@
    (``VLAPolicyConfig(constrained=True)``). ``--ft-steps/--ft-lr/--ft-schedule`` override the fine-tuning settings;
    ``--lora-targets all-linear`` adapts the vision tower and projector too; ``--camera``, ``--demos``,
    ``--demo-noise`` (DART), ``--replan``, ``--replan-samples`` and ``--verifier`` change the data and the closed
-   loop (``docs/vlm2vla.md``). The options shared with ``vlm2vla_frontier.py`` live in ``vlm2vla_options.py``.
+   loop (``docs/vlm2vla.md``); ``--disjoint-episodes`` gives each draw (seed) a block of held-out episodes of its own
+   and ``--reuse-from`` rolls an earlier run's models out again without training (``vlm2vla_rollout.py``). The
+   options shared with ``vlm2vla_frontier.py`` live in ``vlm2vla_options.py``.
 
 ``--quick`` (< 1 minute with warm caches) uses a smaller model, a few demos and 2 rollouts per method; the last
 stdout line is one JSON object with ``retention`` and ``success`` per method. The full mode writes
@@ -46,6 +48,7 @@ from vlm2vla_options import (  # noqa: E402
     settings,
 )
 from vlm2vla_report import write_report  # noqa: E402
+from vlm2vla_rollout import TRAINING_FIGURES, add_rollout_args, adopt, earlier_run, episode_seeds  # noqa: E402
 
 log = logging.getLogger("vlm2vla")
 
@@ -182,9 +185,10 @@ def reusable_pretrained(path: Path, m: dict[str, Any], seed: int) -> bool:
 
 
 def finetune(method: str, pretrained: Path, lang: list[Any], m: dict[str, Any], out: Path, seed: int,
-             progress: bool, callback_for: Any = None) -> tuple[Any, Any, dict[str, Any]]:
+             progress: bool, callback_for: Any = None, resume: bool = False) -> tuple[Any, Any, dict[str, Any]]:
     """LoRA fine-tune of a copy of the pre-trained model with one action codec. ``callback_for(bundle, codec)``
-    may return a training-loop callback (``train_loop``'s ``callback``), e.g. a frontier probe."""
+    may return a training-loop callback (``train_loop``'s ``callback``), e.g. a frontier probe; ``resume``
+    continues from the newest checkpoint in ``<out>/ft_<codec>`` (a finished one: no step left to train)."""
     import torch
 
     from agents.vla import make_codec
@@ -201,10 +205,10 @@ def finetune(method: str, pretrained: Path, lang: list[Any], m: dict[str, Any], 
     s = LoopSettings(out_dir=str(out / f"ft_{METHODS[method]}"), lr=m["ft_lr"], batch_size=m["batch"], grad_accum=1,
                      max_steps=m["ft_steps"], schedule=m["ft_schedule"], warmup_steps=m["ft_warmup"],
                      save_every=10**9, seed=seed, device="cpu", num_threads=1)
-    res = fit(bundle, samples, s, progress=progress,
+    res = fit(bundle, samples, s, progress=progress, resume=resume,
               callback=None if callback_for is None else callback_for(bundle, codec))
-    log.info("%s: %d samples, loss %.3f -> %.3f in %.0f s", method, len(samples), res["first_loss"],
-             res["last_loss"], res["seconds"])
+    log.info("%s: %d samples, loss %s -> %s in %.0f s (resumed from %s)", method, len(samples), res["first_loss"],
+             res["last_loss"], res["seconds"], res["resumed_from"])
     return bundle, codec, {"samples": len(samples), "first_loss": res["first_loss"], "last_loss": res["last_loss"],
                            "train_s": res["seconds"]}
 
@@ -221,10 +225,12 @@ def preload_ml_stack() -> None:
 
 
 def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: bool = False,
-        methods: list[str] | None = None, m: dict[str, Any] | None = None) -> dict[str, Any]:
+        methods: list[str] | None = None, m: dict[str, Any] | None = None,
+        earlier: dict[str, Any] | None = None) -> dict[str, Any]:
     """Pre-train, fine-tune each of ``methods`` (default: all of :data:`METHODS`) and roll out; the blind
     replay of the mean demonstration is always measured on the same seeds. ``m``: the run's settings (default:
-    the mode's, :data:`MODES`)."""
+    the mode's, :data:`MODES`); ``earlier``: method -> training figures of a run whose fine-tunes were adopted
+    into ``out`` (``vlm2vla_reuse``): they are resumed at their last step instead of trained."""
     import torch
 
     preload_ml_stack()
@@ -269,7 +275,8 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     if spatial is not None:
         results["spatial_pretrained"] = spatial
     task = ManipTask(task="lift", image_size=m["image"], camera=m["camera"])
-    seeds = list(range(10_000 + seed, 10_000 + seed + m["episodes"]))  # demos used seeds from `seed` upwards
+    seeds = episode_seeds(m, seed)
+    results["episode_seeds"] = [seeds[0], seeds[-1]]
     try:
         results["blind_replay"] = replay_rollout(mean_trajectory(demos), task, seeds, m["max_steps"], progress)
         log.info("blind replay of the mean demonstration: %s", results["blind_replay"])
@@ -284,8 +291,13 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
             progress)
         log.info("demonstrations' own action language replayed: %s", results["language_replay"])
         for method in METHODS if methods is None else methods:
-            bundle, codec, tr = finetune(method, pretrained, lang, m, out, seed, progress)
+            bundle, codec, tr = finetune(method, pretrained, lang, m, out, seed, progress, resume=earlier is not None)
             acc = vqa_accuracy(bundle, test)
+            if earlier is not None:  # the adopted fine-tune's own figures; its VQA answers must come out the same
+                tr = {k: earlier[method][k] for k in TRAINING_FIGURES} | {"reused": True}
+                if acc["accuracy"] != earlier[method]["vqa_accuracy"]:
+                    log.warning("%s: VQA accuracy %.4f differs from the earlier run's %.4f", method,
+                                acc["accuracy"], earlier[method]["vqa_accuracy"])
             policy = VLAPolicy(bundle, dataclasses.replace(policy_cfg, codec=METHODS[method]), codec=codec)
             ro = rollout(policy, task, seeds, m["max_steps"], progress)
             results["methods"][method] = {
@@ -319,19 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grounding", action="store_true",
                    help="grounding pre-training (training.vlm.grounding) before the VQA pre-training")
     add_finetune_args(p)
-    p.add_argument("--replan", type=int, default=None, metavar="K",
-                   help="receding horizon: the hierarchical policies (VLM2VLA, VLM2VLA-AT; the binned one has no "
-                        "chunks to re-plan) plan their subtask again after every K control steps of a chunk, and are "
-                        "fine-tuned on rest-of-step targets from every frame (default 0: each chunk runs to its end, "
-                        "the paper's protocol)")
-    p.add_argument("--replan-samples", action="store_true",
-                   help="fine-tune on the rest-of-step targets from every frame without re-planning mid-chunk (what "
-                        "a verifier's retry from a mid-step image asks for)")
-    p.add_argument("--verifier", choices=("always_advance", "vlm", "sim_state"), default=None,
-                   help="after each chunk: always advance (default), ask the policy's own VLM whether the subtask is "
-                        "done (the paper's), or read the simulator state (privileged; a reference); a retry plans "
-                        "the subtask again from the current image (at most 2 per subtask)")
     add_pretraining_args(p)
+    add_rollout_args(p)
     p.add_argument("--methods", default=None,
                    help=f"comma-separated subset of {', '.join(METHODS)} ('' for the blind reference only; "
                         "default: all)")
@@ -347,12 +348,19 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(methods or []) - set(METHODS))
     if unknown:
         p.error(f"unknown methods {unknown}; choose from {list(METHODS)}")
-    if args.reuse_pretrained:
-        try:
+    earlier = None
+    try:
+        episode_seeds(m, args.seed)
+        if args.reuse_from:
+            codecs = {k: METHODS[k] for k in (methods if methods is not None else METHODS)}
+            earlier = earlier_run(Path(args.reuse_from), mode, m, args.seed, list(codecs))
+            adopt(Path(args.reuse_from), out, mode, codecs, m["ft_steps"])
+        if args.reuse_pretrained or args.reuse_from:
             reusable_pretrained(out / "pretrained", m, args.seed)
-        except ValueError as exc:
-            p.error(str(exc))
-    res = run(mode, out, Path(args.cache), args.seed, args.progress, args.reuse_pretrained, methods, m)
+    except ValueError as exc:
+        p.error(str(exc))
+    res = run(mode, out, Path(args.cache), args.seed, args.progress, bool(args.reuse_pretrained or args.reuse_from),
+              methods, m, earlier)
     (out / "results.json").write_text(json.dumps(res, indent=1, default=float))
     if mode == "full" and methods is None:
         write_report(res, Path(args.docs))

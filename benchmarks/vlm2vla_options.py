@@ -20,7 +20,8 @@ OPTION_KEYS = (("ft_steps", "ft_steps"), ("ft_lr", "ft_lr"), ("ft_schedule", "ft
                ("grounding", "grounding"), ("spatial", "spatial_prior"), ("spatial_view", "spatial_view"),
                ("pre_steps", "pre_steps"),
                ("demos", "demos"), ("camera", "camera"), ("noise", "demo_noise"), ("lora_targets", "lora_targets"),
-               ("replan", "replan"), ("replan_samples", "replan_samples"), ("verifier", "verifier"))
+               ("replan", "replan"), ("replan_samples", "replan_samples"), ("verifier", "verifier"),
+               ("disjoint_episodes", "disjoint_episodes"))
 
 
 def add_pretraining_args(p: argparse.ArgumentParser) -> None:
