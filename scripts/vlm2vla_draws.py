@@ -6,7 +6,9 @@ runs of one draw joined by ``+`` (methods fine-tuned in parallel processes from 
 different settings are refused (``--allow-mixed`` combines them anyway and lists the differences). Writes a Markdown
 table (per draw and mean +- sd of VQA retention, the VQA skill above the blind baseline kept, Lift success free /
 constrained, malformed rate, the blind floor) and a PNG; the last stdout line is one JSON object with the means and
-how many draws keep the paper's ordering.
+how many draws keep the paper's ordering. Where the runs record which episodes each rollout lifted, the two codecs are
+compared with each other and with the blind replay on the same episodes: per draw (mean difference, paired t) and
+per episode pooled over the draws (the episodes only one side lifts, exact sign test).
 
     python scripts/vlm2vla_draws.py runs/s0 runs/s1 runs/s2 --labels 0,1,2 --md docs/vlm2vla_draws.md \\
         --png docs/vlm2vla_draws.png
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -85,6 +88,34 @@ def _skill(r: dict[str, Any], x: dict[str, Any] | None) -> float | None:
     return None if v != v else v
 
 
+def sign_test(b: int, c: int) -> float:
+    """Two-sided exact sign test (McNemar's exact test) of ``b`` against ``c`` discordant pairs: the chance of a
+    split at least this uneven when either side of a discordant pair is equally likely."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n)
+
+
+def paired(first: list[dict[str, Any] | None], second: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Lift successes of two rollouts of each draw on the same episodes (``succeeded`` seeds, ``episodes``):
+    the per-draw difference in episodes (mean, sd, paired t over draws) and, pooled over draws, the episodes only
+    the first lifts and only the second (exact sign test). ``None`` when fewer than one draw has both with their
+    episode lists (runs written before ``succeeded`` was recorded)."""
+    pairs = [(a, b) for a, b in zip(first, second)
+             if a is not None and b is not None and "succeeded" in a and "succeeded" in b]
+    if not pairs:
+        return None
+    diffs = [len(a["succeeded"]) - len(b["succeeded"]) for a, b in pairs]
+    only_a = sum(len(set(a["succeeded"]) - set(b["succeeded"])) for a, b in pairs)
+    only_b = sum(len(set(b["succeeded"]) - set(a["succeeded"])) for a, b in pairs)
+    sd = statistics.stdev(diffs) if len(diffs) > 1 else float("nan")
+    t = statistics.fmean(diffs) / (sd / math.sqrt(len(diffs))) if len(diffs) > 1 and sd > 0 else float("nan")
+    return {"draws": len(pairs), "episodes": sum(int(a["episodes"]) for a, _ in pairs),
+            "mean_diff": statistics.fmean(diffs), "sd_diff": sd, "t": t, "only_first": only_a, "only_second": only_b,
+            "sign_p": sign_test(only_a, only_b)}
+
+
 def summarize(draws: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per method: retention, free and constrained success, malformed rate per draw; the blind floor per draw; the
     number of draws where VLM2VLA retains more than VLM2VLA-AT and where each method beats the blind floor."""
@@ -112,6 +143,16 @@ def summarize(draws: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["paired_draws"] = len(pairs)  # draws with both methods (a draw may lack one)
         pairs = [(a, b) for a, b in zip(lang["success"], at["success"]) if a is not None and b is not None]
         out["lang_over_at_success"] = sum(a > b for a, b in pairs)
+    runs = list(draws.values())
+    blind = [r.get("blind_replay") for r in runs]
+    comparisons = [(LANG, AT)] if lang and at else []
+    comparisons += [(m, "the blind replay") for m in (LANG, AT) if m in out["methods"]]
+    out["paired"] = {}
+    for a, b in comparisons:
+        second = blind if b == "the blind replay" else [r["methods"].get(b) for r in runs]
+        res = paired([r["methods"].get(a) for r in runs], second)
+        if res is not None:
+            out["paired"][f"{a} - {b}"] = res
     return out
 
 
@@ -145,6 +186,12 @@ def markdown(s: dict[str, Any]) -> str:
         n = s["paired_draws"]
         lines.append(f"- {LANG} retains more VQA than {AT} in {s['lang_over_at_retention']} of {n} draws and succeeds "
                      f"more often in {s['lang_over_at_success']} of {n} (draws with both)")
+    for name, d in s.get("paired", {}).items():
+        a, b = name.split(" - ")
+        lines.append(f"- Lift (free), {a} against {b} on the same episodes: {d['mean_diff']:+.1f} +- "
+                     f"{d['sd_diff']:.1f} episodes per draw (paired t = {d['t']:.1f} over {d['draws']} draws); of "
+                     f"{d['episodes']} episodes {d['only_first']} lifted by {a} only and {d['only_second']} by {b} "
+                     f"only (exact sign test p = {d['sign_p']:.3g})")
     return "\n".join(lines) + "\n"
 
 
@@ -234,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
             "blind": mean(s["blind"]),
             "above_blind": {m: d["above_blind"] for m, d in s["methods"].items()},
             "lang_over_at_retention": s.get("lang_over_at_retention"),
-            "lang_over_at_success": s.get("lang_over_at_success"), "paired_draws": s.get("paired_draws")}
+            "lang_over_at_success": s.get("lang_over_at_success"), "paired_draws": s.get("paired_draws"),
+            "paired_lift": {k: {x: (None if isinstance(v, float) and v != v else v) for x, v in d.items()}
+                            for k, d in s.get("paired", {}).items()}}
     print(json.dumps(line))
     return 0
 

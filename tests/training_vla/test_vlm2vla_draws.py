@@ -114,3 +114,43 @@ def test_draws_missing_a_method_count_only_the_draws_that_have_it(tmp_path):
     assert "- VLM2VLA above the blind floor (free) in 2 of 2 draws" in md
     assert "- VLM2VLA-AT above the blind floor (free) in 0 of 1 draws" in md
     assert "retains more VQA than VLM2VLA-AT in 1 of 1 draws and succeeds more often in 1 of 1" in md
+
+
+def test_sign_test_by_hand():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from vlm2vla_draws import sign_test
+
+    assert sign_test(6, 0) == pytest.approx(2 / 64)  # all six discordant pairs one way
+    assert sign_test(3, 3) == 1.0 and sign_test(0, 0) == 1.0
+    assert sign_test(1, 4) == pytest.approx(2 * (1 + 5) / 32)  # P(X <= 1) of Binomial(5, 1/2), both tails
+    assert sign_test(4, 1) == sign_test(1, 4)
+
+
+def test_lifts_are_compared_episode_by_episode(tmp_path):
+    """Draws that record which episodes each rollout lifted get a paired comparison per draw and per episode."""
+    runs = []
+    for i, (lang, at, blind) in enumerate((([1, 2, 3, 4], [1], [1, 2, 5, 6, 7]), ([1, 2], [3], [1, 2, 3]))):
+        p = _draw(tmp_path, f"s{i}", (0.7, len(lang) / 50), (0.6, len(at) / 50), len(blind) / 50)
+        f = p / "full" / "results.json"
+        res = json.loads(f.read_text())
+        res["methods"]["VLM2VLA"]["succeeded"] = lang
+        res["methods"]["VLM2VLA-AT"]["succeeded"] = at
+        res["blind_replay"].update(succeeded=blind, episodes=50)
+        f.write_text(json.dumps(res))
+        runs.append(str(p))
+    res = _run(*runs, "--md", str(tmp_path / "t.md"))
+    assert res.returncode == 0, res.stderr
+    line = json.loads(res.stdout.strip().splitlines()[-1])["paired_lift"]
+    d = line["VLM2VLA - VLM2VLA-AT"]  # differences 3 and 1 episodes; only VLM2VLA 3 + 2, only AT 0 + 1
+    assert d["draws"] == 2 and d["episodes"] == 100 and d["mean_diff"] == 2.0
+    assert d["sd_diff"] == pytest.approx(2 ** 0.5) and d["t"] == pytest.approx(2.0 / (2 ** 0.5 / 2 ** 0.5))
+    assert (d["only_first"], d["only_second"]) == (5, 1) and d["sign_p"] == pytest.approx(2 * 7 / 64)
+    b = line["VLM2VLA - the blind replay"]  # only VLM2VLA: {3, 4} + {}, only blind: {5, 6, 7} + {3}
+    assert (b["only_first"], b["only_second"], b["mean_diff"]) == (2, 4, -1.0)
+    md = (tmp_path / "t.md").read_text()
+    assert ("- Lift (free), VLM2VLA against VLM2VLA-AT on the same episodes: +2.0 +- 1.4 episodes per draw (paired "
+            "t = 2.0 over 2 draws); of 100 episodes 5 lifted by VLM2VLA only and 1 by VLM2VLA-AT only (exact sign "
+            "test p = 0.219)") in md
+    # runs without episode lists (the older ones) get no such line
+    assert "episodes per draw" not in _run(*[str(_draw(tmp_path / "old", f"s{i}", (0.7, 0.3), (0.6, 0.2), 0.4))
+                                             for i in range(2)]).stdout
