@@ -230,7 +230,7 @@ def run(mode: str, out: Path, cache: Path, seed: int, progress: bool, reuse: boo
     """Pre-train, fine-tune each of ``methods`` (default: all of :data:`METHODS`) and roll out; the blind
     replay of the mean demonstration is always measured on the same seeds. ``m``: the run's settings (default:
     the mode's, :data:`MODES`); ``earlier``: method -> training figures of a run whose fine-tunes were adopted
-    into ``out`` (``vlm2vla_reuse``): they are resumed at their last step instead of trained."""
+    into ``out`` (``vlm2vla_rollout.adopt``): they are resumed at their last step instead of trained."""
     import torch
 
     preload_ml_stack()

@@ -100,7 +100,7 @@ def sign_test(b: int, c: int) -> float:
 def paired(first: list[dict[str, Any] | None], second: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     """Lift successes of two rollouts of each draw on the same episodes (``succeeded`` seeds, ``episodes``):
     the per-draw difference in episodes (mean, sd, paired t over draws) and, pooled over draws, the episodes only
-    the first lifts and only the second (exact sign test). ``None`` when fewer than one draw has both with their
+    the first lifts and only the second (exact sign test). ``None`` when no draw has both with their
     episode lists (runs written before ``succeeded`` was recorded)."""
     pairs = [(a, b) for a, b in zip(first, second)
              if a is not None and b is not None and "succeeded" in a and "succeeded" in b]
