@@ -94,7 +94,7 @@ def earlier_run(src: Path, mode: str, m: dict[str, Any], seed: int, methods: lis
 def adopt(src: Path, out: Path, mode: str, codecs: dict[str, str], steps: int) -> None:
     """Copy ``src``'s pre-trained model and the last checkpoint of each fine-tune in ``codecs`` into ``out``
     (``<out>`` is the run's ``<--out>/<mode>``); ``ValueError`` when a fine-tune did not reach ``steps``."""
-    from training.vla.trainer import latest_checkpoint
+    from training.vla.trainer import CKPT_PREFIX, latest_checkpoint
 
     root = src / mode
     if root.resolve() == out.resolve():
@@ -103,7 +103,7 @@ def adopt(src: Path, out: Path, mode: str, codecs: dict[str, str], steps: int) -
         shutil.copytree(root / "pretrained", out / "pretrained")
     for codec in codecs.values():
         ck = latest_checkpoint(root / f"ft_{codec}")
-        step = -1 if ck is None else int(ck.name.split("_")[-1])
+        step = -1 if ck is None else int(ck.name[len(CKPT_PREFIX):])  # the trainer's step_<N> folders
         if step != steps:
             raise ValueError(f"{root / f'ft_{codec}'} holds no finished fine-tune of {steps} steps "
                              f"(last checkpoint: {ck.name if ck else 'none'})")

@@ -143,14 +143,14 @@ def summarize(draws: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["paired_draws"] = len(pairs)  # draws with both methods (a draw may lack one)
         pairs = [(a, b) for a, b in zip(lang["success"], at["success"]) if a is not None and b is not None]
         out["lang_over_at_success"] = sum(a > b for a, b in pairs)
-    runs = list(draws.values())
-    blind = [r.get("blind_replay") for r in runs]
+    # each rollout per draw (None where a draw lacks it), compared on the same episodes
+    ro = {m: [r["methods"].get(m) for r in draws.values()] for m in (LANG, AT) if m in out["methods"]}
+    ro["the blind replay"] = [r.get("blind_replay") for r in draws.values()]
     comparisons = [(LANG, AT)] if lang and at else []
-    comparisons += [(m, "the blind replay") for m in (LANG, AT) if m in out["methods"]]
+    comparisons += [(m, "the blind replay") for m in (LANG, AT) if m in ro]
     out["paired"] = {}
     for a, b in comparisons:
-        second = blind if b == "the blind replay" else [r["methods"].get(b) for r in runs]
-        res = paired([r["methods"].get(a) for r in runs], second)
+        res = paired(ro[a], ro[b])
         if res is not None:
             out["paired"][f"{a} - {b}"] = res
     return out
